@@ -1,0 +1,435 @@
+"""Reading and writing BERT checkpoints.
+
+Three folder layouts are understood:
+  google:       bert_config.json, bert_model.ckpt.{index,data-*}, vocab.txt (the original
+                release; TF1 variable names such as bert/encoder/layer_0/attention/self/query/kernel)
+  huggingface:  config.json, model.safetensors, vocab.txt (never pickled PyTorch files)
+  keras:        encoder.keras, keras_bert.json, vocab.txt (this project's own)
+The masked-LM (cls/predictions/...) and next-sentence (cls/seq_relationship/...) heads are read
+when the checkpoint has them, and written when given. Loading is all or nothing: a missing,
+unexpected or misshapen variable is an error that names it.
+"""
+
+import dataclasses
+import glob
+import json
+import os
+import re
+import shutil
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from keras_bert.config import LAYER_NORM_EPSILON, BertConfig
+from keras_bert.encoder import BertEncoder
+from keras_bert.heads import MaskedLMHead, NextSentenceHead
+from keras_bert.tokenizer import read_vocabulary
+
+GOOGLE, HUGGING_FACE, KERAS = "google", "huggingface", "keras"
+FORMATS = (GOOGLE, HUGGING_FACE, KERAS)
+
+# Google's code computes "gelu" with the tanh approximation; it has no exact-erf GELU, which we
+# write as "gelu_exact" so that Google's code refuses it rather than computing other numbers.
+_FROM_GOOGLE_ACT = {"gelu": "gelu_new", "gelu_exact": "gelu"}
+_TO_GOOGLE_ACT = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_exact"}
+# Training state that Google checkpoints may carry and a model does not need.
+_GOOGLE_TRAINING_STATE = re.compile(r"(/adam_[mv]|^global_step|^(good|bad)_steps|loss_scale)$")
+
+
+@dataclasses.dataclass
+class BertCheckpoint:
+    """An encoder, its vocabulary, and the pre-training heads when the checkpoint has them."""
+
+    encoder: BertEncoder
+    vocab_file: str
+    do_lower_case: bool
+    masked_lm: MaskedLMHead | None = None
+    next_sentence: NextSentenceHead | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    """One weight: its Google name, its Hugging Face name, and the Keras variable."""
+
+    google: str
+    hf: str
+    variable: object
+    transpose_google: bool = False
+    transpose_hf: bool = False
+
+
+def _entries(encoder, masked_lm=None, next_sentence=None):
+    entries = []
+
+    def dense(google, hf, layer):
+        entries.append(_Entry(f"{google}/kernel", f"{hf}.weight", layer.kernel, transpose_hf=True))
+        entries.append(_Entry(f"{google}/bias", f"{hf}.bias", layer.bias))
+
+    def norm(google, hf, layer):
+        entries.append(_Entry(f"{google}/gamma", f"{hf}.weight", layer.gamma))
+        entries.append(_Entry(f"{google}/beta", f"{hf}.bias", layer.beta))
+
+    emb = encoder.embeddings
+    for name, variable in (
+        ("word_embeddings", emb.word_embeddings.embeddings),
+        ("token_type_embeddings", emb.token_type_embeddings.embeddings),
+        ("position_embeddings", emb.position_embeddings),
+    ):
+        entries.append(
+            _Entry(f"bert/embeddings/{name}", f"bert.embeddings.{name}.weight", variable)
+        )
+    norm("bert/embeddings/LayerNorm", "bert.embeddings.LayerNorm", emb.layer_norm)
+    for i, block in enumerate(encoder.transformer_layers):
+        google, hf = f"bert/encoder/layer_{i}", f"bert.encoder.layer.{i}"
+        for part in ("query", "key", "value"):
+            dense(
+                f"{google}/attention/self/{part}",
+                f"{hf}.attention.self.{part}",
+                getattr(block.attention, part),
+            )
+        dense(
+            f"{google}/attention/output/dense",
+            f"{hf}.attention.output.dense",
+            block.attention.output_dense,
+        )
+        norm(
+            f"{google}/attention/output/LayerNorm",
+            f"{hf}.attention.output.LayerNorm",
+            block.attention_layer_norm,
+        )
+        dense(f"{google}/intermediate/dense", f"{hf}.intermediate.dense", block.intermediate)
+        dense(f"{google}/output/dense", f"{hf}.output.dense", block.output_dense)
+        norm(f"{google}/output/LayerNorm", f"{hf}.output.LayerNorm", block.output_layer_norm)
+    dense("bert/pooler/dense", "bert.pooler.dense", encoder.pooler.dense)
+    if masked_lm is not None:
+        dense("cls/predictions/transform/dense", "cls.predictions.transform.dense", masked_lm.dense)
+        norm(
+            "cls/predictions/transform/LayerNorm",
+            "cls.predictions.transform.LayerNorm",
+            masked_lm.layer_norm,
+        )
+        entries.append(
+            _Entry("cls/predictions/output_bias", "cls.predictions.bias", masked_lm.output_bias)
+        )
+    if next_sentence is not None:
+        # Google and Hugging Face both store this kernel as (2, hidden).
+        kernel, bias = next_sentence.dense.kernel, next_sentence.dense.bias
+        entries.append(
+            _Entry(
+                "cls/seq_relationship/output_weights",
+                "cls.seq_relationship.weight",
+                kernel,
+                transpose_google=True,
+                transpose_hf=True,
+            )
+        )
+        entries.append(
+            _Entry("cls/seq_relationship/output_bias", "cls.seq_relationship.bias", bias)
+        )
+    return entries
+
+
+def _heads_for(encoder, names, masked_lm_prefix, next_sentence_prefix):
+    config = encoder.config
+    masked_lm = next_sentence = None
+    if any(name.startswith(masked_lm_prefix) for name in names):
+        masked_lm = MaskedLMHead(
+            encoder.embeddings.word_embeddings,
+            config.hidden_act,
+            config.initializer_range,
+            name="masked_lm",
+        )
+        masked_lm.build((None, None, config.hidden_size))
+    if any(name.startswith(next_sentence_prefix) for name in names):
+        next_sentence = NextSentenceHead(config.initializer_range, name="next_sentence")
+        next_sentence.build((None, config.hidden_size))
+    return masked_lm, next_sentence
+
+
+def _assign(entries, shapes, read, key, source):
+    """Checks every name and shape first, then reads and assigns: all or nothing."""
+    expected = {getattr(e, key): e for e in entries}
+    missing = sorted(set(expected) - set(shapes))
+    unexpected = sorted(set(shapes) - set(expected))
+    if missing:
+        raise ValueError(
+            f"{source} lacks {len(missing)} variable(s) the model needs: "
+            f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}"
+        )
+    if unexpected:
+        raise ValueError(
+            f"{source} has {len(unexpected)} variable(s) this model has no place "
+            f"for: {', '.join(unexpected[:5])}{' ...' if len(unexpected) > 5 else ''}"
+        )
+    transpose = f"transpose_{key}"
+    for name, entry in expected.items():
+        shape = tuple(shapes[name])[:: -1 if getattr(entry, transpose) else 1]
+        if shape != tuple(entry.variable.shape):
+            raise ValueError(
+                f"{source}: variable {name} has shape {tuple(shapes[name])}, but the "
+                f"config asks for {tuple(entry.variable.shape)}"
+            )
+    for name, entry in expected.items():
+        try:
+            value = np.asarray(read(name), dtype=np.float32)
+        except Exception as e:  # a truncated or corrupt file surfaces here, per variable
+            raise ValueError(f"{source}: could not read variable {name}: {e}") from e
+        entry.variable.assign(value.T if getattr(entry, transpose) else value)
+
+
+def _folder(path):
+    return path if os.path.isdir(path) else os.path.dirname(path)
+
+
+def detect_format(path):
+    """Returns (format, folder) for a checkpoint folder, or a Google checkpoint prefix."""
+    folder = _folder(path)
+    if not os.path.exists(path) and not glob.glob(path + ".index"):
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    if os.path.isfile(os.path.join(folder, "keras_bert.json")):
+        return KERAS, folder
+    if os.path.isfile(os.path.join(folder, "model.safetensors")):
+        return HUGGING_FACE, folder
+    if os.path.isfile(os.path.join(folder, "bert_config.json")):
+        return GOOGLE, folder
+    if os.path.isfile(os.path.join(folder, "pytorch_model.bin")):
+        raise ValueError(
+            f"{folder} holds only pytorch_model.bin; keras_bert never unpickles "
+            "files. Convert it to model.safetensors first."
+        )
+    raise ValueError(
+        f"{path} is not a BERT checkpoint: expected bert_config.json (Google), "
+        "model.safetensors + config.json (Hugging Face) or keras_bert.json"
+    )
+
+
+def find_vocabulary(path, do_lower_case=None):
+    """Returns (vocab_file, do_lower_case) for a checkpoint.
+
+    Unless given, lower-casing is read from tokenizer_config.json or keras_bert.json, and
+    otherwise inferred: a vocabulary without upper-case letters is an uncased one.
+    """
+    folder = _folder(path)
+    vocab_file = os.path.join(folder, "vocab.txt")
+    if not os.path.isfile(vocab_file):
+        raise FileNotFoundError(f"{folder} has no vocab.txt")
+    if do_lower_case is not None:
+        return vocab_file, bool(do_lower_case)
+    for name in ("tokenizer_config.json", "keras_bert.json"):
+        settings = os.path.join(folder, name)
+        if os.path.isfile(settings):
+            value = _read_json(settings).get("do_lower_case")
+            if value is not None:
+                return vocab_file, bool(value)
+    cased = any(
+        token != token.lower() for token in read_vocabulary(vocab_file) if not token.startswith("[")
+    )
+    logging.info("%s: do_lower_case=%s, inferred from the vocabulary", vocab_file, not cased)
+    return vocab_file, not cased
+
+
+def _google_prefix(path):
+    if not os.path.isdir(path):
+        return path
+    latest = tf.train.latest_checkpoint(path)
+    if latest:
+        return latest
+    indexes = sorted(glob.glob(os.path.join(path, "*.index")))
+    if len(indexes) != 1:
+        raise ValueError(
+            f"{path} should hold exactly one TF checkpoint (*.index), found "
+            f"{len(indexes)}; pass the checkpoint prefix instead"
+        )
+    return indexes[0][: -len(".index")]
+
+
+def _load_google(path, folder):
+    config_file = os.path.join(folder, "bert_config.json")
+    values = _read_json(config_file)
+    values["hidden_act"] = _FROM_GOOGLE_ACT.get(values.get("hidden_act"), values.get("hidden_act"))
+    encoder = BertEncoder(**BertConfig.from_dict(values, source=config_file).to_dict())
+    prefix = _google_prefix(path)
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+    except Exception as e:
+        raise ValueError(f"could not open the TF checkpoint {prefix}: {e}") from e
+    shapes = reader.get_variable_to_shape_map()
+    skipped = [name for name in shapes if _GOOGLE_TRAINING_STATE.search(name)]
+    if skipped:
+        logging.info("%s: ignoring %d optimizer/step variables", prefix, len(skipped))
+    shapes = {name: shape for name, shape in shapes.items() if name not in skipped}
+    masked_lm, next_sentence = _heads_for(
+        encoder, shapes, "cls/predictions/", "cls/seq_relationship/"
+    )
+    entries = _entries(encoder, masked_lm, next_sentence)
+    _assign(entries, shapes, reader.get_tensor, "google", prefix)
+    return encoder, masked_lm, next_sentence
+
+
+def _hf_keys(names):
+    """Maps a file's keys to BertForPreTraining names: adds the `bert.` prefix that BertModel
+    files lack and renames the old LayerNorm gamma/beta."""
+    prefixed = any(name.startswith("bert.") for name in names)
+    mapping = {}
+    for name in names:
+        canonical = name if prefixed or name.startswith("cls.") else "bert." + name
+        canonical = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", canonical)
+        mapping[re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", canonical)] = name
+    return mapping
+
+
+def _load_hugging_face(folder):
+    from safetensors import safe_open
+
+    config_file = os.path.join(folder, "config.json")
+    values = _read_json(config_file)
+    if values.get("model_type", "bert") != "bert":
+        raise ValueError(f"{config_file}: model_type {values['model_type']!r} is not 'bert'")
+    encoder = BertEncoder(**BertConfig.from_dict(values, source=config_file).to_dict())
+    weights_file = os.path.join(folder, "model.safetensors")
+    try:
+        weights = safe_open(weights_file, framework="np")
+    except Exception as e:
+        raise ValueError(
+            f"could not read {weights_file} (truncated or not safetensors): {e}"
+        ) from e
+    keys = _hf_keys(weights.keys())
+    read = lambda name: weights.get_tensor(keys[name])
+    shapes = {name: weights.get_slice(key).get_shape() for name, key in keys.items()}
+    # Buffers and tied copies that carry no weights of their own.
+    shapes.pop("bert.embeddings.position_ids", None)
+    for tied, source in (
+        ("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"),
+        ("cls.predictions.decoder.bias", "cls.predictions.bias"),
+    ):
+        if shapes.pop(tied, None) is not None and not np.array_equal(read(tied), read(source)):
+            raise ValueError(f"{weights_file}: {tied} differs from {source}; BERT ties them")
+    masked_lm, next_sentence = _heads_for(
+        encoder, shapes, "cls.predictions.", "cls.seq_relationship."
+    )
+    _assign(_entries(encoder, masked_lm, next_sentence), shapes, read, "hf", weights_file)
+    return encoder, masked_lm, next_sentence
+
+
+def load_checkpoint(path, do_lower_case=None):
+    """Loads a checkpoint in any of the three layouts into a `BertCheckpoint`."""
+    fmt, folder = detect_format(path)
+    vocab_file, lower_case = find_vocabulary(folder, do_lower_case)
+    masked_lm = next_sentence = None
+    if fmt == KERAS:
+        encoder = keras.saving.load_model(os.path.join(folder, "encoder.keras"))
+    elif fmt == GOOGLE:
+        encoder, masked_lm, next_sentence = _load_google(path, folder)
+    else:
+        encoder, masked_lm, next_sentence = _load_hugging_face(folder)
+    vocab_size = len(read_vocabulary(vocab_file))
+    if vocab_size > encoder.config.vocab_size:
+        raise ValueError(
+            f"{vocab_file} has {vocab_size} tokens but the model's vocab_size is "
+            f"{encoder.config.vocab_size}: the vocabulary does not fit the checkpoint"
+        )
+    logging.info("loaded a %s checkpoint from %s", fmt, path)
+    return BertCheckpoint(encoder, vocab_file, lower_case, masked_lm, next_sentence)
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"could not read {path}: {e}") from e
+
+
+def _write_json(path, values):
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(values, indent=2, sort_keys=True) + "\n")
+
+    _replace_atomically(path, write)
+
+
+def _replace_atomically(path, write):
+    """Writes through `write(tmp_path)` then renames, so `path` is never half-written."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _write_google(checkpoint, folder, entries):
+    prefix = os.path.join(folder, "bert_model.ckpt")
+    tmp = f"{prefix}.tmp-{os.getpid()}"
+    names = [e.google for e in entries]
+    tensors = [e.variable.numpy().T if e.transpose_google else e.variable.numpy() for e in entries]
+    tf.raw_ops.SaveV2(
+        prefix=tmp, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors
+    )
+    os.replace(tmp + ".data-00000-of-00001", prefix + ".data-00000-of-00001")
+    os.replace(tmp + ".index", prefix + ".index")
+    config = checkpoint.encoder.config.to_dict()
+    config["hidden_act"] = _TO_GOOGLE_ACT.get(config["hidden_act"], config["hidden_act"])
+    _write_json(os.path.join(folder, "bert_config.json"), config)
+
+
+def _write_hugging_face(checkpoint, folder, entries):
+    from safetensors.numpy import save_file
+
+    heads = checkpoint.masked_lm is not None or checkpoint.next_sentence is not None
+    tensors = {}
+    for e in entries:
+        name = e.hf if heads else e.hf[len("bert.") :]
+        value = e.variable.numpy()
+        tensors[name] = np.ascontiguousarray(value.T if e.transpose_hf else value)
+    path = os.path.join(folder, "model.safetensors")
+    _replace_atomically(path, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+    architecture = "BertForPreTraining" if heads else "BertModel"
+    _write_json(
+        os.path.join(folder, "tokenizer_config.json"),
+        {"do_lower_case": checkpoint.do_lower_case, "tokenizer_class": "BertTokenizer"},
+    )
+    _write_json(
+        os.path.join(folder, "config.json"),
+        {
+            **checkpoint.encoder.config.to_dict(),
+            "model_type": "bert",
+            "architectures": [architecture],
+            "layer_norm_eps": LAYER_NORM_EPSILON,
+            "pad_token_id": 0,
+            "position_embedding_type": "absolute",
+        },
+    )
+
+
+def save_checkpoint(checkpoint, folder, format=HUGGING_FACE):
+    """Writes a `BertCheckpoint` to `folder` in the given layout, file by file atomically.
+
+    The config file is written last, so a folder without one was not finished.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"unknown checkpoint format {format!r}; use one of {FORMATS}")
+    os.makedirs(folder, exist_ok=True)
+    vocab_target = os.path.join(folder, "vocab.txt")
+    if not os.path.exists(vocab_target) or not os.path.samefile(
+        checkpoint.vocab_file, vocab_target
+    ):
+        _replace_atomically(vocab_target, lambda tmp: shutil.copyfile(checkpoint.vocab_file, tmp))
+    entries = _entries(checkpoint.encoder, checkpoint.masked_lm, checkpoint.next_sentence)
+    if format == GOOGLE:
+        _write_google(checkpoint, folder, entries)
+    elif format == HUGGING_FACE:
+        _write_hugging_face(checkpoint, folder, entries)
+    else:
+        if checkpoint.masked_lm is not None or checkpoint.next_sentence is not None:
+            raise ValueError(
+                "the keras format holds the encoder only; write the pre-training "
+                "heads in the google or huggingface format"
+            )
+        # Keras insists on the .keras suffix, so the temporary name keeps it.
+        tmp = os.path.join(folder, f"encoder.tmp-{os.getpid()}.keras")
+        checkpoint.encoder.save(tmp)
+        os.replace(tmp, os.path.join(folder, "encoder.keras"))
+        _write_json(
+            os.path.join(folder, "keras_bert.json"),
+            {"do_lower_case": checkpoint.do_lower_case, "format_version": 1},
+        )

@@ -1,0 +1,113 @@
+"""BertEncoder: a functional Keras model with the TF Hub BERT interface."""
+
+import keras
+
+from keras_bert import layers
+from keras_bert.config import BertConfig
+
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+@keras.saving.register_keras_serializable(package="keras_bert")
+class BertEncoder(keras.Model):
+    """The BERT transformer encoder.
+
+    Constructor arguments are the fields of `BertConfig` (validated by it).
+
+    Inputs, a dict of int32 (batch, seq) tensors, seq <= max_position_embeddings:
+      input_word_ids: token ids.
+      input_mask: 1 for real tokens, 0 for padding; padded positions get no attention.
+      input_type_ids: segment ids, 0 for the first segment and 1 for the second.
+    Outputs, a dict:
+      sequence_output: float32 (batch, seq, hidden_size), the last block's output.
+      pooled_output: (batch, hidden_size), tanh(dense(sequence_output[:, 0])).
+      encoder_outputs: list of num_hidden_layers float32 (batch, seq, hidden_size), one per block.
+    """
+
+    def __init__(
+        self,
+        vocab_size=30522,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        hidden_act="gelu",
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+        initializer_range=0.02,
+        **kwargs,
+    ):
+        config = BertConfig(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            intermediate_size=intermediate_size,
+            hidden_act=hidden_act,
+            hidden_dropout_prob=hidden_dropout_prob,
+            attention_probs_dropout_prob=attention_probs_dropout_prob,
+            max_position_embeddings=max_position_embeddings,
+            type_vocab_size=type_vocab_size,
+            initializer_range=initializer_range,
+        )
+
+        # === Layers ===
+        embeddings = layers.BertEmbeddings(
+            vocab_size,
+            hidden_size,
+            max_position_embeddings,
+            type_vocab_size,
+            hidden_dropout_prob,
+            initializer_range,
+            name="embeddings",
+        )
+        blocks = [
+            layers.BertTransformerBlock(
+                hidden_size,
+                num_attention_heads,
+                intermediate_size,
+                hidden_act,
+                hidden_dropout_prob,
+                attention_probs_dropout_prob,
+                initializer_range,
+                name=f"layer_{i}",
+            )
+            for i in range(num_hidden_layers)
+        ]
+        pooler = layers.BertPooler(hidden_size, initializer_range, name="pooler")
+
+        # === Graph ===
+        inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in INPUT_NAMES}
+        x = embeddings(inputs["input_word_ids"], inputs["input_type_ids"])
+        encoder_outputs = []
+        for block in blocks:
+            x = block(x, inputs["input_mask"])
+            encoder_outputs.append(x)
+        outputs = {
+            "sequence_output": x,
+            "pooled_output": pooler(x),
+            "encoder_outputs": encoder_outputs,
+        }
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        self.config = config
+        self.embeddings = embeddings
+        self.transformer_layers = blocks
+        self.pooler = pooler
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, **self.config.to_dict()}
+
+    @classmethod
+    def from_checkpoint(cls, path):
+        """Loads an encoder from a Google, Hugging Face or keras-bert checkpoint folder."""
+        from keras_bert import checkpoints  # checkpoints builds encoders, so import late
+
+        return checkpoints.load_checkpoint(path).encoder

@@ -1,0 +1,95 @@
+"""Heads that sit on a BertEncoder's outputs. Small, named, and without losses."""
+
+import keras
+from keras import ops
+
+from keras_bert import layers
+
+_SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
+
+
+@_SERIALIZABLE
+class MaskedLMHead(keras.layers.Layer):
+    """Masked-LM head: dense, activation, LayerNorm, then the tied token embedding and a bias.
+
+    Computes logits only at the masked positions, so the vocabulary projection costs
+    (batch, predictions) rather than (batch, seq) rows.
+
+    Args:
+      word_embeddings: the encoder's `embeddings.word_embeddings` layer, whose table is the
+        output projection (tied weights). It belongs to the encoder and is not part of this
+        layer's config: whoever builds the head passes it.
+      hidden_act: a `BertConfig.hidden_act` name.
+      initializer_range: stddev of the truncated-normal initializer.
+
+    Call with `sequence_output`, (batch, seq, hidden), and `masked_positions`, int32
+    (batch, predictions). Returns float32 logits (batch, predictions, vocab_size).
+    """
+
+    def __init__(self, word_embeddings, hidden_act="gelu", initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.word_embeddings = word_embeddings
+        self.hidden_act = hidden_act
+        self.initializer_range = initializer_range
+        self.dense = keras.layers.Dense(
+            word_embeddings.output_dim,
+            activation=layers.activation(hidden_act),
+            kernel_initializer=layers.initializer(initializer_range),
+            dtype=self.dtype_policy,
+            name="dense",
+        )
+        self.layer_norm = layers.layer_norm("layer_norm")
+
+    def build(self, sequence_output_shape, masked_positions_shape=None):
+        hidden_size = self.word_embeddings.output_dim
+        self.dense.build((None, hidden_size))
+        self.layer_norm.build((None, hidden_size))
+        self.output_bias = self.add_weight(
+            shape=(self.word_embeddings.input_dim,), initializer="zeros", name="output_bias"
+        )
+
+    def call(self, sequence_output, masked_positions):
+        positions = ops.cast(masked_positions, "int32")[:, :, None]
+        gathered = ops.take_along_axis(sequence_output, positions, axis=1)  # (batch, preds, hidden)
+        x = ops.cast(self.layer_norm(self.dense(gathered)), self.compute_dtype)
+        table = ops.cast(self.word_embeddings.embeddings, self.compute_dtype)
+        logits = ops.matmul(x, ops.transpose(table))  # (batch, preds, vocab)
+        return ops.cast(logits, "float32") + self.output_bias
+
+    def compute_output_shape(self, sequence_output_shape, masked_positions_shape):
+        return (*masked_positions_shape, self.word_embeddings.input_dim)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(hidden_act=self.hidden_act, initializer_range=self.initializer_range)
+        return config
+
+
+@_SERIALIZABLE
+class NextSentenceHead(keras.layers.Layer):
+    """Next-sentence prediction: (batch, hidden) pooled output -> float32 (batch, 2) logits.
+
+    Class 0 means "B follows A", class 1 "B is random", as in the original BERT code.
+    """
+
+    def __init__(self, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.initializer_range = initializer_range
+        self.dense = keras.layers.Dense(
+            2,
+            kernel_initializer=layers.initializer(initializer_range),
+            dtype="float32",
+            name="dense",
+        )
+
+    def build(self, pooled_output_shape):
+        self.dense.build(pooled_output_shape)
+
+    def call(self, pooled_output):
+        return self.dense(pooled_output)
+
+    def compute_output_shape(self, pooled_output_shape):
+        return (pooled_output_shape[0], 2)
+
+    def get_config(self):
+        return {**super().get_config(), "initializer_range": self.initializer_range}

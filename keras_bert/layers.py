@@ -1,0 +1,300 @@
+"""The layers of a BERT encoder: embeddings, self-attention, transformer block, pooler.
+
+Mixed precision: the embedding sum and every LayerNorm run in float32 (their layers carry a
+float32 dtype policy), and attention scores are cast to float32 before the softmax. The
+residual stream between blocks is therefore float32; the dense layers cast their inputs to the
+compute dtype (bfloat16 or float16) themselves.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_bert.config import LAYER_NORM_EPSILON
+
+_SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
+
+
+def activation(name):
+    """The activation function for a `BertConfig.hidden_act` name."""
+    if name == "gelu":
+        return lambda x: keras.activations.gelu(x, approximate=False)
+    if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return lambda x: keras.activations.gelu(x, approximate=True)
+    return keras.activations.get(name)
+
+
+def initializer(stddev):
+    return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+def layer_norm(name):
+    return keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, dtype="float32", name=name)
+
+
+@_SERIALIZABLE
+class BertEmbeddings(keras.layers.Layer):
+    """Token + position + segment embeddings, then LayerNorm and dropout.
+
+    Call with `input_word_ids` and `input_type_ids`, int32 of shape (batch, seq) with
+    seq <= max_position_embeddings. Returns float32 (batch, seq, hidden_size).
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        hidden_size,
+        max_position_embeddings,
+        type_vocab_size,
+        dropout_rate,
+        initializer_range,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.max_position_embeddings = max_position_embeddings
+        self.type_vocab_size = type_vocab_size
+        self.dropout_rate = dropout_rate
+        self.initializer_range = initializer_range
+
+        self.word_embeddings = keras.layers.Embedding(
+            vocab_size,
+            hidden_size,
+            embeddings_initializer=initializer(initializer_range),
+            dtype="float32",
+            name="word_embeddings",
+        )
+        self.token_type_embeddings = keras.layers.Embedding(
+            type_vocab_size,
+            hidden_size,
+            embeddings_initializer=initializer(initializer_range),
+            dtype="float32",
+            name="token_type_embeddings",
+        )
+        self.layer_norm = layer_norm("layer_norm")
+        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+
+    def build(self, input_shape=None):
+        self.word_embeddings.build()
+        self.token_type_embeddings.build()
+        self.position_embeddings = self.add_weight(
+            shape=(self.max_position_embeddings, self.hidden_size),
+            initializer=initializer(self.initializer_range),
+            dtype="float32",
+            name="position_embeddings",
+        )
+        self.layer_norm.build((None, None, self.hidden_size))
+
+    def call(self, input_word_ids, input_type_ids, training=None):
+        seq_length = ops.shape(input_word_ids)[1]
+        x = self.word_embeddings(input_word_ids)  # (batch, seq, hidden)
+        x = x + self.token_type_embeddings(input_type_ids)
+        x = x + self.position_embeddings[None, :seq_length, :]
+        return self.dropout(self.layer_norm(x), training=training)
+
+    def compute_output_shape(self, input_word_ids_shape, input_type_ids_shape):
+        return (*input_word_ids_shape, self.hidden_size)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "max_position_embeddings": self.max_position_embeddings,
+            "type_vocab_size": self.type_vocab_size,
+            "dropout_rate": self.dropout_rate,
+            "initializer_range": self.initializer_range,
+        }
+
+
+def attention_bias(input_mask):
+    """(batch, seq) 0/1 mask -> float32 (batch, 1, 1, seq) bias: 0 where attended, -1e9 not."""
+    mask = ops.cast(input_mask, "float32")[:, None, None, :]
+    return (1.0 - mask) * -1e9
+
+
+@_SERIALIZABLE
+class BertSelfAttention(keras.layers.Layer):
+    """Multi-head scaled dot-product self-attention with its output projection.
+
+    Call with `x`, (batch, seq, hidden_size), and `input_mask`, int32 (batch, seq), 1 for the
+    positions that may be attended to. Returns (batch, seq, hidden_size) in the compute dtype.
+    """
+
+    def __init__(self, hidden_size, num_attention_heads, dropout_rate, initializer_range, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.num_attention_heads = num_attention_heads
+        self.dropout_rate = dropout_rate
+        self.initializer_range = initializer_range
+        self.head_size = hidden_size // num_attention_heads
+
+        def dense(name):
+            return keras.layers.Dense(
+                hidden_size,
+                kernel_initializer=initializer(initializer_range),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        self.query = dense("query")
+        self.key = dense("key")
+        self.value = dense("value")
+        self.output_dense = dense("output_dense")
+        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+
+    def build(self, input_shape):
+        for layer in (self.query, self.key, self.value, self.output_dense):
+            layer.build(input_shape)
+
+    def _split_heads(self, x):
+        batch, seq = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (batch, seq, self.num_attention_heads, self.head_size))
+        return ops.transpose(x, (0, 2, 1, 3))  # (batch, heads, seq, head_size)
+
+    def call(self, x, input_mask, training=None):
+        query = self._split_heads(self.query(x))
+        key = self._split_heads(self.key(x))
+        value = self._split_heads(self.value(x))
+        query = query * ops.cast(1.0 / math.sqrt(self.head_size), query.dtype)
+        scores = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))  # (batch, heads, seq, seq)
+        # Softmax in float32: bfloat16 scores would lose the small differences between keys.
+        probs = ops.softmax(ops.cast(scores, "float32") + attention_bias(input_mask), axis=-1)
+        probs = self.dropout(ops.cast(probs, self.compute_dtype), training=training)
+        context = ops.matmul(probs, value)  # (batch, heads, seq, head_size)
+        context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq, heads, head_size)
+        batch, seq = ops.shape(context)[0], ops.shape(context)[1]
+        context = ops.reshape(context, (batch, seq, self.hidden_size))
+        return self.output_dense(context)
+
+    def compute_output_shape(self, x_shape, input_mask_shape):
+        return x_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_size": self.hidden_size,
+            "num_attention_heads": self.num_attention_heads,
+            "dropout_rate": self.dropout_rate,
+            "initializer_range": self.initializer_range,
+        }
+
+
+@_SERIALIZABLE
+class BertTransformerBlock(keras.layers.Layer):
+    """Post-LN transformer block: LN(x + attention(x)), then LN(x + feed_forward(x)).
+
+    Call with `x`, float32 (batch, seq, hidden_size), and `input_mask`, int32 (batch, seq).
+    Returns float32 (batch, seq, hidden_size).
+    """
+
+    def __init__(
+        self,
+        hidden_size,
+        num_attention_heads,
+        intermediate_size,
+        hidden_act,
+        hidden_dropout_prob,
+        attention_probs_dropout_prob,
+        initializer_range,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.initializer_range = initializer_range
+
+        self.attention = BertSelfAttention(
+            hidden_size,
+            num_attention_heads,
+            attention_probs_dropout_prob,
+            initializer_range,
+            dtype=self.dtype_policy,
+            name="attention",
+        )
+        self.attention_dropout = keras.layers.Dropout(hidden_dropout_prob, name="attention_dropout")
+        self.attention_layer_norm = layer_norm("attention_layer_norm")
+        self.intermediate = keras.layers.Dense(
+            intermediate_size,
+            activation=activation(hidden_act),
+            kernel_initializer=initializer(initializer_range),
+            dtype=self.dtype_policy,
+            name="intermediate",
+        )
+        self.output_dense = keras.layers.Dense(
+            hidden_size,
+            kernel_initializer=initializer(initializer_range),
+            dtype=self.dtype_policy,
+            name="output_dense",
+        )
+        self.output_dropout = keras.layers.Dropout(hidden_dropout_prob, name="output_dropout")
+        self.output_layer_norm = layer_norm("output_layer_norm")
+
+    def build(self, input_shape):
+        self.attention.build(input_shape)
+        self.attention_layer_norm.build(input_shape)
+        self.intermediate.build(input_shape)
+        self.output_dense.build((*input_shape[:-1], self.intermediate_size))
+        self.output_layer_norm.build(input_shape)
+
+    def call(self, x, input_mask, training=None):
+        attended = self.attention(x, input_mask, training=training)
+        attended = self.attention_dropout(attended, training=training)
+        x = self.attention_layer_norm(x + ops.cast(attended, x.dtype))
+        fed = self.output_dense(self.intermediate(x))
+        fed = self.output_dropout(fed, training=training)
+        return self.output_layer_norm(x + ops.cast(fed, x.dtype))
+
+    def compute_output_shape(self, x_shape, input_mask_shape):
+        return x_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_size": self.hidden_size,
+            "num_attention_heads": self.num_attention_heads,
+            "intermediate_size": self.intermediate_size,
+            "hidden_act": self.hidden_act,
+            "hidden_dropout_prob": self.hidden_dropout_prob,
+            "attention_probs_dropout_prob": self.attention_probs_dropout_prob,
+            "initializer_range": self.initializer_range,
+        }
+
+
+@_SERIALIZABLE
+class BertPooler(keras.layers.Layer):
+    """tanh(dense(sequence_output[:, 0])): (batch, seq, hidden) -> (batch, hidden)."""
+
+    def __init__(self, hidden_size, initializer_range, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.initializer_range = initializer_range
+        self.dense = keras.layers.Dense(
+            hidden_size,
+            activation="tanh",
+            kernel_initializer=initializer(initializer_range),
+            dtype=self.dtype_policy,
+            name="dense",
+        )
+
+    def build(self, input_shape):
+        self.dense.build((input_shape[0], input_shape[-1]))
+
+    def call(self, sequence_output):
+        return self.dense(sequence_output[:, 0, :])
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.hidden_size)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_size": self.hidden_size,
+            "initializer_range": self.initializer_range,
+        }

@@ -1,0 +1,273 @@
+"""WordPiece tokenizer and input packer as Keras layers on TensorFlow and tensorflow-text ops.
+
+Both run in eager code, inside `tf.data` and inside saved `tf.function`s. The ops they use are
+core TensorFlow plus `NormalizeUTF8` and `FastWordpieceTokenizeWithOffsets` from
+tensorflow-text, which TF Serving 2.12 and later carry.
+"""
+
+import os
+
+import keras
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# Hugging Face's limit (Google's code allows 200): longer words become [UNK]. The limit is
+# applied to UTF-8 bytes, so it equals the character limit for ASCII words.
+MAX_BYTES_PER_WORD = 100
+
+_SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
+
+
+def read_vocabulary(path):
+    """Reads a `vocab.txt` (one token per line, id = line number) into a list of tokens."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"vocabulary file not found: {path}")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not valid UTF-8 (byte {e.start}); vocab.txt must be UTF-8")
+    return text.rstrip("\n").split("\n")
+
+
+def check_vocabulary(vocabulary, source="vocabulary"):
+    """Raises ValueError unless the vocabulary is non-empty, unique and holds BERT's specials."""
+    if not vocabulary:
+        raise ValueError(f"{source} is empty")
+    missing = [token for token in SPECIAL_TOKENS if token not in vocabulary]
+    if missing:
+        raise ValueError(
+            f"{source} has no {', '.join(missing)} token(s); BERT needs all of "
+            f"{', '.join(SPECIAL_TOKENS)}"
+        )
+    seen = set()
+    for i, token in enumerate(vocabulary):
+        if token in seen:
+            raise ValueError(f"{source} lists the token {token!r} twice (again at line {i + 1})")
+        seen.add(token)
+
+
+def _clean_characters(characters, do_lower_case):
+    """BERT's text clean-up, one character at a time (a flat tf.string of single characters).
+
+    Whitespace becomes a space; control, format and private-use characters and U+FFFD are
+    removed; with `do_lower_case`, characters are lower-cased, NFD-decomposed and stripped of
+    accents (category Mn). Each character maps to zero or more characters, so offsets into the
+    cleaned text can be mapped back to the original.
+    """
+    characters = tf.strings.regex_replace(characters, r"[\t\n\r\p{Zs}]", " ")
+    characters = tf.strings.regex_replace(characters, r"[\x{FFFD}\p{Cc}\p{Cf}\p{Co}]", "")
+    if do_lower_case:
+        characters = tf.strings.lower(characters, encoding="utf-8")
+        characters = tf_text.normalize_utf8(characters, "NFD")
+        characters = tf.strings.regex_replace(characters, r"\p{Mn}", "")
+    return characters
+
+
+def _to_character_offsets(byte_offsets, byte_ends, side):
+    """Maps byte offsets in the cleaned text to character indices in the original text.
+
+    `byte_ends` is ragged (batch, (characters)): the cleaned-text byte where each original
+    character's replacement ends. A token start lies in the first character whose end is past
+    it; a token end lies in the first character whose end reaches it.
+    """
+    sorted_ends = byte_ends.to_tensor(default_value=tf.int64.max)
+    offsets = byte_offsets.to_tensor()
+    indices = tf.searchsorted(sorted_ends, offsets, side=side, out_type=tf.int64)
+    return tf.RaggedTensor.from_tensor(indices, lengths=byte_offsets.row_lengths())
+
+
+@_SERIALIZABLE
+class BertTokenizer(keras.layers.Layer):
+    """BERT's WordPiece tokenizer: strings in, token ids out.
+
+    Does what the original BERT BasicTokenizer does (control characters removed, accents
+    stripped when lower-casing, CJK characters and punctuation split off), then WordPiece.
+    Invalid UTF-8 is replaced with U+FFFD (and so dropped), never an error.
+
+    Args:
+      vocabulary: a list of tokens, or the path of a `vocab.txt`.
+      do_lower_case: lower-case and strip accents (uncased models) or not (cased models).
+
+    Call with a tf.string tensor of shape (batch,); returns int32 ragged (batch, (tokens)).
+    """
+
+    def __init__(self, vocabulary, do_lower_case=True, **kwargs):
+        kwargs.setdefault("dtype", "int32")
+        super().__init__(**kwargs)
+        # Strings go through as they are; Keras would otherwise try to cast them.
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        if isinstance(vocabulary, (str, os.PathLike)):
+            source = os.fspath(vocabulary)
+            vocabulary = read_vocabulary(source)
+        else:
+            source, vocabulary = "vocabulary", list(vocabulary)
+        check_vocabulary(vocabulary, source)
+        self.vocabulary = vocabulary
+        self.do_lower_case = do_lower_case
+        self._token_ids = {token: i for i, token in enumerate(vocabulary)}
+        self._wordpiece = tf_text.FastWordpieceTokenizer(
+            vocabulary,
+            suffix_indicator="##",
+            max_bytes_per_word=MAX_BYTES_PER_WORD,
+            token_out_type=tf.int32,
+            unknown_token="[UNK]",
+            no_pretokenization=False,
+            support_detokenization=False,
+        )
+        self.built = True
+
+    @classmethod
+    def from_checkpoint(cls, path, do_lower_case=None):
+        """The tokenizer of a Google, Hugging Face or keras-bert checkpoint folder."""
+        from keras_bert import checkpoints  # checkpoints needs no tokenizer; import late
+
+        vocab_file, lower_case = checkpoints.find_vocabulary(path, do_lower_case)
+        return cls(vocab_file, do_lower_case=lower_case)
+
+    def token_id(self, token):
+        return self._token_ids[token]
+
+    @property
+    def pad_id(self):
+        return self._token_ids["[PAD]"]
+
+    @property
+    def cls_id(self):
+        return self._token_ids["[CLS]"]
+
+    @property
+    def sep_id(self):
+        return self._token_ids["[SEP]"]
+
+    @property
+    def mask_id(self):
+        return self._token_ids["[MASK]"]
+
+    @property
+    def unk_id(self):
+        return self._token_ids["[UNK]"]
+
+    def call(self, inputs):
+        return self.tokenize_with_offsets(inputs)[0]
+
+    def tokenize_with_offsets(self, inputs):
+        """Returns (ids, starts, ends), each ragged (batch, (tokens)).
+
+        `starts` and `ends` are int64 character (not byte) offsets into each input string, the
+        token covering characters [start, end). Invalid UTF-8 counts one character per
+        replaced byte sequence, as Python's `bytes.decode(errors="replace")` does.
+        """
+        inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
+        text = tf.strings.unicode_transcode(
+            inputs, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
+        characters = tf.strings.unicode_split(text, "UTF-8")  # (batch, (characters))
+        cleaned = characters.with_flat_values(
+            _clean_characters(characters.flat_values, self.do_lower_case)
+        )
+        byte_ends = tf.math.cumsum(
+            tf.strings.length(cleaned, unit="BYTE"), axis=-1
+        )  # ragged cumsum works row by row
+        ids, byte_starts, byte_stops = self._wordpiece.tokenize_with_offsets(
+            tf.strings.reduce_join(cleaned, axis=-1)
+        )
+        byte_ends = tf.cast(byte_ends, tf.int64)
+        starts = _to_character_offsets(byte_starts, byte_ends, side="right")
+        ends = _to_character_offsets(byte_stops, byte_ends, side="left") + 1
+        return ids, starts, ends
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocabulary": self.vocabulary,
+            "do_lower_case": self.do_lower_case,
+        }
+
+
+def _trim_lengths(first_lengths, second_lengths, budget):
+    """Longest-first truncation of a pair to `budget` tokens, as the original BERT code does.
+
+    It drops one token at a time from the longer segment (the second on ties); in closed form
+    the first keeps at most max(ceil(budget / 2), budget - len(second)).
+    """
+    first_cap = tf.maximum((budget + 1) // 2, budget - second_lengths)
+    first = tf.minimum(first_lengths, first_cap)
+    return first, tf.minimum(second_lengths, budget - first)
+
+
+def _keep_first(ragged, lengths):
+    positions = tf.ragged.range(ragged.row_lengths(), dtype=lengths.dtype)
+    return tf.ragged.boolean_mask(ragged, positions < lengths[:, None])
+
+
+@_SERIALIZABLE
+class BertPacker(keras.layers.Layer):
+    """Packs one or two segments into `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`.
+
+    Segments are truncated to `sequence_length` longest-first. Batches are padded to their
+    longest member (dynamic padding) unless `pad_to_sequence_length` is set. Uses core
+    TensorFlow ops only.
+
+    Call with one or two int ragged tensors (batch, (tokens)); returns a dict of int32
+    (batch, seq): `input_word_ids`, `input_mask`, `input_type_ids`.
+    """
+
+    def __init__(
+        self, cls_id, sep_id, pad_id, sequence_length=512, pad_to_sequence_length=False, **kwargs
+    ):
+        kwargs.setdefault("dtype", "int32")
+        super().__init__(**kwargs)
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        if sequence_length < 3:
+            raise ValueError(f"sequence_length must be at least 3, got {sequence_length}")
+        self.cls_id = cls_id
+        self.sep_id = sep_id
+        self.pad_id = pad_id
+        self.sequence_length = sequence_length
+        self.pad_to_sequence_length = pad_to_sequence_length
+        self.built = True
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, **kwargs):
+        return cls(tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, **kwargs)
+
+    def call(self, first_segment, second_segment=None):
+        first = tf.cast(first_segment, tf.int32)
+        batch = first.nrows()
+        cls = tf.fill([batch, 1], self.cls_id)
+        sep = tf.fill([batch, 1], self.sep_id)
+        if second_segment is None:
+            word_ids = tf.concat([cls, first[:, : self.sequence_length - 2], sep], axis=1)
+            return self._pad(word_ids, tf.zeros_like(word_ids))
+        second = tf.cast(second_segment, tf.int32)
+        first_lengths, second_lengths = _trim_lengths(
+            first.row_lengths(), second.row_lengths(), self.sequence_length - 3
+        )
+        head = tf.concat([cls, _keep_first(first, first_lengths), sep], axis=1)
+        tail = tf.concat([_keep_first(second, second_lengths), sep], axis=1)
+        word_ids = tf.concat([head, tail], axis=1)
+        type_ids = tf.concat([tf.zeros_like(head), tf.ones_like(tail)], axis=1)
+        return self._pad(word_ids, type_ids)
+
+    def _pad(self, word_ids, type_ids):
+        shape = [None, self.sequence_length if self.pad_to_sequence_length else None]
+        return {
+            "input_word_ids": word_ids.to_tensor(self.pad_id, shape=shape),
+            "input_mask": tf.ones_like(word_ids).to_tensor(0, shape=shape),
+            "input_type_ids": type_ids.to_tensor(0, shape=shape),
+        }
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "cls_id": self.cls_id,
+            "sep_id": self.sep_id,
+            "pad_id": self.pad_id,
+            "sequence_length": self.sequence_length,
+            "pad_to_sequence_length": self.pad_to_sequence_length,
+        }

