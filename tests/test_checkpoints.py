@@ -1,0 +1,256 @@
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from safetensors.numpy import load_file, save_file
+
+from keras_bert import BertEncoder, checkpoints
+from keras_bert.heads import MaskedLMHead, NextSentenceHead
+from keras_bert.tokenizer import BertTokenizer
+
+from conftest import TINY, TINY_VOCAB, random_inputs, write_vocab
+
+TINY_GOOGLE_CONFIG = {**TINY, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+                      "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02}  # fmt: skip
+
+
+def google_variables(encoder, masked_lm=None, next_sentence=None):
+    """The original release's variable names, spelled out here independently of the library."""
+    v = {}
+    e = encoder.embeddings
+    v["bert/embeddings/word_embeddings"] = e.word_embeddings.embeddings
+    v["bert/embeddings/token_type_embeddings"] = e.token_type_embeddings.embeddings
+    v["bert/embeddings/position_embeddings"] = e.position_embeddings
+    v["bert/embeddings/LayerNorm/gamma"] = e.layer_norm.gamma
+    v["bert/embeddings/LayerNorm/beta"] = e.layer_norm.beta
+    for i, b in enumerate(encoder.transformer_layers):
+        p = f"bert/encoder/layer_{i}/"
+        for name, dense in [("attention/self/query", b.attention.query),
+                            ("attention/self/key", b.attention.key),
+                            ("attention/self/value", b.attention.value),
+                            ("attention/output/dense", b.attention.output_dense),
+                            ("intermediate/dense", b.intermediate),
+                            ("output/dense", b.output_dense)]:  # fmt: skip
+            v[p + name + "/kernel"], v[p + name + "/bias"] = dense.kernel, dense.bias
+        for name, norm in [("attention/output/LayerNorm", b.attention_layer_norm),
+                           ("output/LayerNorm", b.output_layer_norm)]:  # fmt: skip
+            v[p + name + "/gamma"], v[p + name + "/beta"] = norm.gamma, norm.beta
+    v["bert/pooler/dense/kernel"] = encoder.pooler.dense.kernel
+    v["bert/pooler/dense/bias"] = encoder.pooler.dense.bias
+    values = {name: var.numpy() for name, var in v.items()}
+    if masked_lm is not None:
+        values["cls/predictions/transform/dense/kernel"] = masked_lm.dense.kernel.numpy()
+        values["cls/predictions/transform/dense/bias"] = masked_lm.dense.bias.numpy()
+        values["cls/predictions/transform/LayerNorm/gamma"] = masked_lm.layer_norm.gamma.numpy()
+        values["cls/predictions/transform/LayerNorm/beta"] = masked_lm.layer_norm.beta.numpy()
+        values["cls/predictions/output_bias"] = masked_lm.output_bias.numpy()
+    if next_sentence is not None:
+        values["cls/seq_relationship/output_weights"] = next_sentence.dense.kernel.numpy().T
+        values["cls/seq_relationship/output_bias"] = next_sentence.dense.bias.numpy()
+    return values
+
+
+def write_tf1_checkpoint(prefix, values):
+    """Writes variables the way TF1 code (the original BERT) did: graph, Session, Saver."""
+    with tf.Graph().as_default():
+        variables = [tf.compat.v1.get_variable(name, initializer=tf.constant(value))
+                     for name, value in values.items()]  # fmt: skip
+        saver = tf.compat.v1.train.Saver(variables)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            saver.save(session, prefix)
+
+
+def random_heads(encoder):
+    masked_lm = MaskedLMHead(encoder.embeddings.word_embeddings, "gelu_new", 0.02)
+    masked_lm.build((None, None, 12))
+    masked_lm.output_bias.assign(np.random.default_rng(5).normal(size=99))
+    next_sentence = NextSentenceHead(0.02)
+    next_sentence.build((None, 12))
+    return masked_lm, next_sentence
+
+
+def google_folder(path, encoder, masked_lm=None, next_sentence=None, config=TINY_GOOGLE_CONFIG,
+                  extra=None):  # fmt: skip
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "bert_config.json"), "w") as f:
+        json.dump(config, f)
+    write_vocab(os.path.join(path, "vocab.txt"), TINY_VOCAB)
+    values = google_variables(encoder, masked_lm, next_sentence)
+    write_tf1_checkpoint(os.path.join(path, "bert_model.ckpt"), {**values, **(extra or {})})
+    return str(path)
+
+
+def heads_logits(ck, inputs):
+    out = ck.encoder(inputs)
+    positions = np.array([[1, 3]] * 3, "int32")
+    return ck.masked_lm(out["sequence_output"], positions), ck.next_sentence(out["pooled_output"])
+
+
+def test_google_tf1_checkpoint_with_both_heads_loads_exactly(tmp_path):
+    encoder = BertEncoder(**{**TINY, "hidden_act": "gelu_new"})
+    masked_lm, next_sentence = random_heads(encoder)
+    path = google_folder(tmp_path / "google", encoder, masked_lm, next_sentence,
+                         extra={"global_step": np.int64(7)})  # fmt: skip
+    ck = checkpoints.load_checkpoint(path)
+    # Google's "gelu" is the tanh approximation, recorded as such in the loaded config.
+    assert ck.encoder.config.hidden_act == "gelu_new"
+    inputs = random_inputs(lengths=[7, 4, 1])
+    for key in ("sequence_output", "pooled_output"):
+        np.testing.assert_array_equal(ck.encoder(inputs)[key], encoder(inputs)[key])
+    expected_mlm = masked_lm(encoder(inputs)["sequence_output"], np.array([[1, 3]] * 3, "int32"))
+    mlm, nsp = heads_logits(ck, inputs)
+    np.testing.assert_array_equal(mlm, expected_mlm)
+    np.testing.assert_array_equal(nsp, next_sentence(encoder(inputs)["pooled_output"]))
+    assert ck.masked_lm.word_embeddings is ck.encoder.embeddings.word_embeddings  # still tied
+
+
+def test_encoder_only_google_checkpoint_has_no_heads(tmp_path):
+    encoder = BertEncoder(**{**TINY, "hidden_act": "gelu_new"})
+    ck = checkpoints.load_checkpoint(google_folder(tmp_path, encoder))
+    assert ck.masked_lm is None and ck.next_sentence is None
+
+
+@pytest.mark.parametrize("fmt", checkpoints.FORMATS)
+def test_write_then_load_gives_identical_weights(tmp_path, fmt):
+    encoder = BertEncoder(**TINY)
+    heads = random_heads(encoder) if fmt != checkpoints.KERAS else (None, None)
+    vocab = write_vocab(tmp_path / "vocab.txt", TINY_VOCAB)
+    original = checkpoints.BertCheckpoint(encoder, vocab, True, *heads)
+    checkpoints.save_checkpoint(original, str(tmp_path / fmt), fmt)
+    assert not [n for n in os.listdir(tmp_path / fmt) if ".tmp-" in n]
+    loaded = checkpoints.load_checkpoint(str(tmp_path / fmt))
+    assert loaded.encoder.config == encoder.config
+    assert loaded.do_lower_case is True
+    models = [(original.encoder, loaded.encoder)]
+    if fmt != checkpoints.KERAS:
+        models += [
+            (original.masked_lm, loaded.masked_lm),
+            (original.next_sentence, loaded.next_sentence),
+        ]
+    for a, b in models:
+        assert len(a.weights) == len(b.weights)
+        for wa, wb in zip(a.weights, b.weights):
+            np.testing.assert_array_equal(wa.numpy(), wb.numpy(), err_msg=wa.path)
+
+
+def test_written_google_checkpoint_reads_with_tf_compat_v1_names(tmp_path):
+    encoder = BertEncoder(**TINY)
+    vocab = write_vocab(tmp_path / "vocab.txt", TINY_VOCAB)
+    checkpoints.save_checkpoint(checkpoints.BertCheckpoint(encoder, vocab, True), str(tmp_path / "g"),
+                                checkpoints.GOOGLE)  # fmt: skip
+    reader = tf.train.load_checkpoint(str(tmp_path / "g" / "bert_model.ckpt"))
+    expected = google_variables(encoder)
+    assert set(reader.get_variable_to_shape_map()) == set(expected)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(reader.get_tensor(name), value)
+    config = json.loads((tmp_path / "g" / "bert_config.json").read_text())
+    assert config["hidden_act"] == "gelu_exact"  # Google's "gelu" would mean the tanh form
+
+
+def test_hugging_face_bert_model_layout(tmp_path, minilm_dir):
+    keys = load_file(os.path.join(minilm_dir, "model.safetensors"))
+    ck = checkpoints.load_checkpoint(minilm_dir)
+    checkpoints.save_checkpoint(ck, str(tmp_path), checkpoints.HUGGING_FACE)
+    written = load_file(str(tmp_path / "model.safetensors"))
+    # Same names and values as the file we read, minus the position_ids buffer.
+    assert set(written) == set(keys) - {"embeddings.position_ids"}
+    for name, value in written.items():
+        np.testing.assert_array_equal(value, keys[name], err_msg=name)
+
+
+def _tiny_hf_folder(tmp_path):
+    encoder = BertEncoder(**TINY)
+    vocab = write_vocab(tmp_path / "vocab.txt", TINY_VOCAB)
+    folder = str(tmp_path / "hf")
+    checkpoints.save_checkpoint(checkpoints.BertCheckpoint(encoder, vocab, True), folder)
+    return folder
+
+
+def test_shape_mismatch_names_the_variable(tmp_path):
+    folder = _tiny_hf_folder(tmp_path)
+    config = json.loads(open(os.path.join(folder, "config.json")).read())
+    config["intermediate_size"] = 40
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    with pytest.raises(
+        ValueError, match=r"encoder\.layer\.0\.intermediate\.dense\.weight has shape"
+    ):
+        checkpoints.load_checkpoint(folder)
+
+
+def test_missing_and_unexpected_variables_are_named(tmp_path):
+    folder = _tiny_hf_folder(tmp_path)
+    path = os.path.join(folder, "model.safetensors")
+    tensors = load_file(path)
+    save_file({k: v for k, v in tensors.items() if k != "pooler.dense.bias"}, path)
+    with pytest.raises(ValueError, match=r"lacks 1 variable.*bert\.pooler\.dense\.bias"):
+        checkpoints.load_checkpoint(folder)
+    save_file({**tensors, "classifier.weight": np.zeros((2, 12), "float32")}, path)
+    with pytest.raises(ValueError, match=r"no place for: classifier\.weight"):
+        checkpoints.load_checkpoint(folder)
+
+
+def test_google_unexpected_variable_is_named(tmp_path):
+    encoder = BertEncoder(**{**TINY, "hidden_act": "gelu_new"})
+    extra = {"output_weights": np.zeros((2, 12), "float32")}
+    with pytest.raises(ValueError, match="no place for: output_weights"):
+        checkpoints.load_checkpoint(google_folder(tmp_path, encoder, extra=extra))
+
+
+def test_truncated_files_are_errors(tmp_path):
+    folder = _tiny_hf_folder(tmp_path)
+    path = os.path.join(folder, "model.safetensors")
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="model.safetensors"):
+        checkpoints.load_checkpoint(folder)
+
+    encoder = BertEncoder(**{**TINY, "hidden_act": "gelu_new"})
+    google = google_folder(tmp_path / "google", encoder)
+    data_file = os.path.join(google, "bert_model.ckpt.data-00000-of-00001")
+    data = open(data_file, "rb").read()
+    open(data_file, "wb").write(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="could not read variable bert/"):
+        checkpoints.load_checkpoint(google)
+
+
+def test_pickled_pytorch_files_are_refused(tmp_path):
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not unpickled")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="never unpickles"):
+        checkpoints.load_checkpoint(str(tmp_path))
+
+
+def test_not_a_checkpoint(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        checkpoints.load_checkpoint(str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="is not a BERT checkpoint"):
+        checkpoints.load_checkpoint(str(tmp_path))
+
+
+def test_vocab_larger_than_the_model_is_refused(tmp_path):
+    folder = _tiny_hf_folder(tmp_path)
+    write_vocab(os.path.join(folder, "vocab.txt"), TINY_VOCAB + [f"w{i}" for i in range(100)])
+    with pytest.raises(ValueError, match="vocabulary does not fit"):
+        checkpoints.load_checkpoint(folder)
+
+
+def test_lower_casing_is_read_or_inferred(tmp_path, minilm_dir):
+    assert checkpoints.find_vocabulary(minilm_dir)[1] is True  # tokenizer_config.json says so
+    folder = tmp_path / "cased"
+    folder.mkdir()
+    write_vocab(folder / "vocab.txt", TINY_VOCAB + ["Paris"])
+    assert checkpoints.find_vocabulary(str(folder))[1] is False
+    write_vocab(folder / "vocab.txt", TINY_VOCAB)
+    assert checkpoints.find_vocabulary(str(folder))[1] is True
+    assert checkpoints.find_vocabulary(str(folder), do_lower_case=False)[1] is False
+
+
+def test_from_checkpoint_entry_points(tmp_path):
+    folder = _tiny_hf_folder(tmp_path)
+    encoder = BertEncoder.from_checkpoint(folder)
+    tokenizer = BertTokenizer.from_checkpoint(folder)
+    assert encoder.config.vocab_size == 99 and tokenizer.vocabulary == TINY_VOCAB

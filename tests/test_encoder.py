@@ -1,0 +1,132 @@
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_bert import BertConfig, BertEncoder
+
+from conftest import TINY, random_inputs
+
+
+def test_outputs_follow_the_tf_hub_interface(tiny_encoder):
+    outputs = tiny_encoder(random_inputs())
+    assert set(outputs) == {"sequence_output", "pooled_output", "encoder_outputs"}
+    assert outputs["sequence_output"].shape == (3, 7, 12)
+    assert outputs["pooled_output"].shape == (3, 12)
+    assert len(outputs["encoder_outputs"]) == 2
+    np.testing.assert_array_equal(outputs["encoder_outputs"][-1], outputs["sequence_output"])
+    assert {i.name for i in tiny_encoder.inputs} == {
+        "input_word_ids",
+        "input_mask",
+        "input_type_ids",
+    }
+    assert all(i.dtype == "int32" for i in tiny_encoder.inputs)
+
+
+def test_any_length_up_to_max_position_embeddings(tiny_encoder):
+    for seq in (1, 5, 16):
+        assert tiny_encoder(random_inputs(seq=seq))["sequence_output"].shape == (3, seq, 12)
+
+
+def test_padding_does_not_change_real_positions(tiny_encoder):
+    short = random_inputs(batch=1, seq=5)
+    padded = {k: np.pad(v, ((0, 0), (0, 4))) for k, v in short.items()}
+    padded["input_word_ids"][0, 5:] = 42  # junk under the mask
+    a = tiny_encoder(short)
+    b = tiny_encoder(padded)
+    np.testing.assert_allclose(b["sequence_output"][:, :5], a["sequence_output"], atol=1e-6)
+    np.testing.assert_allclose(b["pooled_output"], a["pooled_output"], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "config, count",
+    [(BertConfig(), 109_482_240),
+     (BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                 intermediate_size=4096), 335_141_888)],
+    ids=["base", "large"],
+)  # fmt: skip
+def test_parameter_counts_match_the_published_models(config, count):
+    assert BertEncoder(**config.to_dict()).count_params() == count
+
+
+def test_keras_file_round_trip(tiny_encoder, tmp_path):
+    inputs = random_inputs(lengths=[7, 4, 2])
+    path = str(tmp_path / "encoder.keras")
+    tiny_encoder.save(path)
+    reloaded = keras.saving.load_model(path)
+    assert isinstance(reloaded, BertEncoder)
+    assert reloaded.config == tiny_encoder.config
+    a, b = tiny_encoder(inputs), reloaded(inputs)
+    for key in ("sequence_output", "pooled_output"):
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_config_round_trip(tiny_encoder):
+    clone = BertEncoder.from_config(tiny_encoder.get_config())
+    assert clone.config == tiny_encoder.config == BertConfig(**TINY)
+
+
+def test_dropout_only_in_training(tiny_encoder):
+    inputs = random_inputs()
+    a = tiny_encoder(inputs, training=False)["sequence_output"]
+    b = tiny_encoder(inputs, training=False)["sequence_output"]
+    c = tiny_encoder(inputs, training=True)["sequence_output"]
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_is_close_to_float32(policy):
+    float32 = BertEncoder(**TINY)
+    inputs = random_inputs(lengths=[7, 5, 3])
+    expected = float32(inputs)["sequence_output"].numpy()
+    keras.config.set_dtype_policy(policy)
+    mixed = BertEncoder(**TINY)
+    mixed.set_weights(float32.get_weights())
+    got = mixed(inputs)
+    assert got["sequence_output"].dtype == tf.float32  # the final LayerNorm runs in float32
+    assert mixed.get_layer("layer_0").intermediate.compute_dtype == policy.split("_")[1]
+    np.testing.assert_allclose(got["sequence_output"].numpy(), expected, atol=0.1)
+
+
+def test_trains_with_fit():
+    encoder = BertEncoder(**TINY)
+    model_inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in
+                    ("input_word_ids", "input_mask", "input_type_ids")}  # fmt: skip
+    logits = keras.layers.Dense(2)(encoder(model_inputs)["pooled_output"])
+    model = keras.Model(model_inputs, logits)
+    model.compile(keras.optimizers.Adam(1e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # fmt: skip
+    x = random_inputs(batch=16, seed=4)
+    y = (x["input_word_ids"][:, 1] % 2).astype("int32")
+    history = model.fit(x, y, epochs=30, batch_size=16, verbose=0)
+    assert history.history["loss"][-1] < 0.5 * history.history["loss"][0]
+
+
+def _run_python(code, **env):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)  # fmt: skip
+
+
+def test_import_refuses_another_backend_env_variable():
+    result = _run_python("import keras_bert", KERAS_BACKEND="jax")
+    assert result.returncode != 0
+    assert "KERAS_BACKEND='jax'" in result.stderr
+
+
+def test_import_refuses_keras_loaded_with_another_backend():
+    result = _run_python("import keras; import keras_bert", KERAS_BACKEND="torch")
+    assert result.returncode != 0
+    assert "already imported with the 'torch' backend" in result.stderr
+
+
+def test_import_selects_the_tensorflow_backend():
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    result = subprocess.run([sys.executable, "-c", "import keras_bert, keras; "
+                             "print(keras.config.backend())"], capture_output=True, text=True,
+                            env=env, timeout=300)  # fmt: skip
+    assert result.stdout.strip() == "tensorflow", result.stderr

@@ -1,0 +1,135 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_bert import layers
+from keras_bert.heads import MaskedLMHead, NextSentenceHead
+
+from conftest import random_inputs
+
+
+def attention_layer(**kwargs):
+    layer = layers.BertSelfAttention(12, 3, 0.0, 0.02, **kwargs)
+    layer.build((None, None, 12))
+    return layer
+
+
+def test_padded_positions_get_no_attention():
+    layer = attention_layer()
+    x = np.random.default_rng(0).normal(size=(2, 7, 12)).astype("float32")
+    mask = np.array([[1, 1, 1, 1, 0, 0, 0], [1] * 7], "int32")
+    changed = x.copy()
+    changed[0, 4:] = 100.0  # whatever sits in the padding must not reach the real positions
+    a = layer(x, mask).numpy()
+    b = layer(changed, mask).numpy()
+    np.testing.assert_array_equal(a[0, :4], b[0, :4])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert not np.allclose(a[0, 4:], b[0, 4:])
+
+
+def test_attention_matches_a_plain_numpy_computation():
+    layer = attention_layer()
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 5, 12)).astype("float32")
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], "int32")
+    q, k, v = (x @ d.kernel.numpy() + d.bias.numpy() for d in (layer.query, layer.key, layer.value))
+    heads = lambda t: t.reshape(2, 5, 3, 4).transpose(0, 2, 1, 3)  # (batch, heads, seq, 4)
+    scores = (
+        heads(q) @ heads(k).transpose(0, 1, 3, 2) / 2.0 + np.where(mask, 0, -1e9)[:, None, None]
+    )
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    context = (probs @ heads(v)).transpose(0, 2, 1, 3).reshape(2, 5, 12)
+    expected = context @ layer.output_dense.kernel.numpy() + layer.output_dense.bias.numpy()
+    np.testing.assert_allclose(layer(x, mask).numpy(), expected, atol=1e-5)
+
+
+def test_gelu_forms_differ_and_match_their_formulas():
+    x = np.linspace(-4, 4, 81).astype("float32")
+    exact = layers.activation("gelu")(x).numpy()
+    tanh = layers.activation("gelu_new")(x).numpy()
+    from math import erf, pi, sqrt, tanh as th
+
+    np.testing.assert_allclose(exact, [v * 0.5 * (1 + erf(v / sqrt(2))) for v in x], atol=1e-6)
+    ref_tanh = [0.5 * v * (1 + th(sqrt(2 / pi) * (v + 0.044715 * v**3))) for v in x]
+    np.testing.assert_allclose(tanh, ref_tanh, atol=1e-6)
+    assert np.abs(exact - tanh).max() > 1e-4
+
+
+def test_block_is_post_layer_norm():
+    block = layers.BertTransformerBlock(12, 3, 37, "gelu", 0.0, 0.0, 0.02)
+    x = np.random.default_rng(2).normal(3.0, 5.0, size=(2, 7, 12)).astype("float32")
+    y = block(x, np.ones((2, 7), "int32")).numpy()
+    # The last operation is a LayerNorm with gamma=1, beta=0: each vector is standardised.
+    np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(y.std(-1), 1.0, atol=1e-3)
+
+
+def test_embeddings_sum_three_tables():
+    emb = layers.BertEmbeddings(99, 12, 16, 2, 0.0, 0.02)
+    ids = np.array([[5, 6, 7]], "int32")
+    types = np.array([[0, 1, 1]], "int32")
+    y = emb(ids, types).numpy()
+    raw = (emb.word_embeddings.embeddings.numpy()[ids[0]]
+           + emb.token_type_embeddings.embeddings.numpy()[types[0]]
+           + emb.position_embeddings.numpy()[:3])  # fmt: skip
+    normed = (raw - raw.mean(-1, keepdims=True)) / np.sqrt(raw.var(-1, keepdims=True) + 1e-12)
+    np.testing.assert_allclose(y[0], normed, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        layers.BertEmbeddings(99, 12, 16, 2, 0.1, 0.02, name="embeddings"),
+        layers.BertSelfAttention(12, 3, 0.1, 0.02, name="attention"),
+        layers.BertTransformerBlock(12, 3, 37, "gelu_new", 0.1, 0.1, 0.02, name="block"),
+        layers.BertPooler(12, 0.02, name="pooler"),
+        NextSentenceHead(0.02, name="nsp"),
+    ],
+    ids=lambda layer: layer.name,
+)
+def test_config_round_trip(layer):
+    clone = layer.__class__.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+
+
+def test_masked_lm_head_ties_the_embedding_and_scores_only_masked_positions():
+    embedding = keras.layers.Embedding(99, 12)
+    embedding.build()
+    head = MaskedLMHead(embedding, "gelu", 0.02)
+    sequence = np.random.default_rng(3).normal(size=(2, 7, 12)).astype("float32")
+    positions = np.array([[1, 4], [0, 6]], "int32")
+    logits = head(sequence, positions)
+    assert logits.shape == (2, 2, 99)
+    assert head.word_embeddings.embeddings is embedding.embeddings
+    # dense kernel+bias, LayerNorm gamma+beta, output bias, and the shared table itself
+    assert len(head.trainable_weights) == 6
+    assert any(w is embedding.embeddings for w in head.trainable_weights)
+    # Changing an unmasked position changes nothing; changing a masked one does.
+    other = sequence.copy()
+    other[0, 2] += 1.0
+    np.testing.assert_array_equal(head(other, positions).numpy(), logits.numpy())
+    other[0, 4] += 1.0
+    assert not np.allclose(head(other, positions).numpy()[0, 1], logits.numpy()[0, 1])
+
+
+def test_mixed_precision_keeps_layer_norm_and_softmax_in_float32():
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    block = layers.BertTransformerBlock(12, 3, 37, "gelu", 0.0, 0.0, 0.02)
+    x = tf.random.normal((2, 7, 12))
+    y = block(x, tf.ones((2, 7), tf.int32))
+    assert block.attention_layer_norm.compute_dtype == "float32"
+    assert block.output_layer_norm.compute_dtype == "float32"
+    assert block.intermediate.compute_dtype == "bfloat16"
+    assert block.intermediate.kernel.dtype == "float32"  # variables stay float32
+    assert y.dtype == tf.float32
+    # The softmax sees float32 scores: its result for a padded key is exactly 0, and the
+    # attention output is still bfloat16 (the compute dtype) after the output projection.
+    out = block.attention(x, tf.constant([[1, 1, 1, 0, 0, 0, 0]] * 2))
+    assert out.dtype == tf.bfloat16
+
+
+def test_random_inputs_helper_masks_padding():
+    inputs = random_inputs(lengths=[7, 3, 1])
+    assert inputs["input_mask"].sum(1).tolist() == [7, 3, 1]

@@ -1,0 +1,69 @@
+"""Numeric parity with the reference implementation on real weights (MiniLM-L6-H384).
+
+The golden values come from tests/golden/make_golden.py (Hugging Face transformers, PyTorch).
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_bert import BertEncoder
+from keras_bert.tokenizer import BertPacker, BertTokenizer
+
+from conftest import DATA
+
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "golden"))
+from inputs import PAIR, SENTENCES  # noqa: E402  (the golden script's inputs)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def golden():
+    return dict(np.load(os.path.join(DATA, "minilm_golden.npz")))
+
+
+@pytest.fixture(scope="module")
+def encoder(minilm_dir):
+    return BertEncoder.from_checkpoint(minilm_dir)
+
+
+def test_tokenizer_and_packer_build_the_reference_batch(minilm_dir, golden):
+    tokenizer = BertTokenizer.from_checkpoint(minilm_dir)
+    packer = BertPacker.from_tokenizer(tokenizer, sequence_length=512)
+    singles = packer(tokenizer(tf.constant(SENTENCES)))
+    pair = packer(tokenizer(tf.constant(PAIR[:1])), tokenizer(tf.constant(PAIR[1:])))
+    width = golden["input_word_ids"].shape[1]
+    for key in ("input_word_ids", "input_mask", "input_type_ids"):
+        got = np.zeros_like(golden[key])
+        got[: len(SENTENCES), :] = singles[key].numpy()
+        got[-1, : pair[key].shape[1]] = pair[key].numpy()[0]
+        assert singles[key].shape[1] == width  # dynamic padding: the longest sentence
+        np.testing.assert_array_equal(got, golden[key], err_msg=key)
+
+
+def test_outputs_match_the_reference_within_1e_4(encoder, golden):
+    inputs = {k: golden[k] for k in ("input_word_ids", "input_mask", "input_type_ids")}
+    outputs = encoder(inputs)
+    sequence_error = np.abs(outputs["sequence_output"].numpy() - golden["sequence_output"])
+    pooled_error = np.abs(outputs["pooled_output"].numpy() - golden["pooled_output"])
+    real = golden["input_mask"].astype(bool)
+    assert sequence_error[real].max() < 1e-4
+    assert sequence_error.max() < 1e-4  # padded positions too, though nothing should read them
+    assert pooled_error.max() < 1e-4
+
+
+def test_bfloat16_stays_close_to_the_reference(minilm_dir, golden):
+    import keras
+
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    encoder = BertEncoder.from_checkpoint(minilm_dir)
+    inputs = {k: golden[k] for k in ("input_word_ids", "input_mask", "input_type_ids")}
+    pooled = encoder(inputs)["pooled_output"].numpy().astype("float32")
+    cosine = (pooled * golden["pooled_output"]).sum(-1) / (
+        np.linalg.norm(pooled, axis=-1) * np.linalg.norm(golden["pooled_output"], axis=-1))  # fmt: skip
+    assert cosine.min() > 0.99

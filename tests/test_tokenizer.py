@@ -1,0 +1,192 @@
+import json
+import os
+import unicodedata
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_bert.tokenizer import BertPacker, BertTokenizer
+
+from conftest import DATA, TINY_VOCAB, write_vocab
+
+
+@pytest.fixture(scope="module")
+def texts():
+    with open(os.path.join(DATA, "tokenizer_texts.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def golden():
+    with open(os.path.join(DATA, "tokenizer_golden.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("casing", ["uncased", "cased"])
+@pytest.mark.parametrize("group", ["sst2", "squad", "conll", "edge_cases"])
+def test_ids_match_the_reference_tokenizer(minilm_dir, texts, golden, casing, group):
+    tokenizer = BertTokenizer(
+        os.path.join(minilm_dir, "vocab.txt"), do_lower_case=casing == "uncased"
+    )
+    ids = tokenizer(tf.constant(texts[group])).to_list()
+    for text, got, expected in zip(texts[group], ids, golden[casing][group]):
+        assert got == expected, text
+
+
+def _normalise(text):
+    text = unicodedata.normalize("NFD", text.lower())
+    return "".join(c for c in text if unicodedata.category(c) != "Mn")
+
+
+def test_offsets_are_characters_that_spell_each_token(minilm_dir, texts):
+    tokenizer = BertTokenizer(os.path.join(minilm_dir, "vocab.txt"))
+    all_texts = [t for group in texts.values() for t in group]
+    ids, starts, ends = tokenizer.tokenize_with_offsets(tf.constant(all_texts))
+    checked = exact = 0
+    for text, row_ids, row_starts, row_ends in zip(all_texts, ids.to_list(), starts.to_list(),
+                                                   ends.to_list()):  # fmt: skip
+        assert row_starts == sorted(row_starts) and all(e <= len(text) for e in row_ends)
+        for i, s, e in zip(row_ids, row_starts, row_ends):
+            token = tokenizer.vocabulary[i]
+            if token != "[UNK]":
+                # Usually equal; NFD can split one character (Hangul) into several tokens.
+                assert token.removeprefix("##") in _normalise(text[s:e]), (text, s, e, token)
+                exact += _normalise(text[s:e]) == token.removeprefix("##")
+                checked += 1
+    assert checked > 9_000 and exact > 0.99 * checked
+
+
+def test_offsets_count_characters_not_bytes():
+    tokenizer = BertTokenizer(TINY_VOCAB, do_lower_case=False)
+    ids, starts, ends = tokenizer.tokenize_with_offsets(tf.constant(["中 é the cat"]))
+    assert [TINY_VOCAB[i] for i in ids.to_list()[0]] == ["中", "é", "the", "cat"]
+    assert starts.to_list()[0] == [0, 2, 4, 8]
+    assert ends.to_list()[0] == [1, 3, 7, 11]
+
+
+def test_bad_strings_give_answers_not_errors():
+    tokenizer = BertTokenizer(TINY_VOCAB)
+    ids, starts, ends = tokenizer.tokenize_with_offsets(tf.constant([b"the \xff\xfe cat", b""]))
+    assert [TINY_VOCAB[i] for i in ids.to_list()[0]] == ["the", "cat"]
+    assert starts.to_list()[0] == [0, 7]  # each invalid byte became one (removed) character
+    assert ids.to_list()[1] == []
+
+
+def test_long_words_become_unknown():
+    tokenizer = BertTokenizer(TINY_VOCAB)
+    ids = tokenizer(tf.constant(["the" + "s" * 97, "the" + "s" * 98])).to_list()
+    assert [TINY_VOCAB[i] for i in ids[0]][:2] == ["the", "##s"]
+    assert ids[1] == [TINY_VOCAB.index("[UNK]")]
+
+
+@pytest.mark.parametrize("missing", ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+def test_vocab_without_a_special_token_is_refused(tmp_path, missing):
+    path = write_vocab(tmp_path / "vocab.txt", [t for t in TINY_VOCAB if t != missing])
+    with pytest.raises(ValueError, match=rf"has no \{missing[:-1]}\]"):
+        BertTokenizer(path)
+
+
+def test_bad_vocab_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="vocabulary file not found"):
+        BertTokenizer(str(tmp_path / "missing.txt"))
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("\n".join(TINY_VOCAB[:10] + ["caf\xe9"]).encode("latin-1"))
+    with pytest.raises(ValueError, match="not valid UTF-8"):
+        BertTokenizer(str(path))
+    with pytest.raises(ValueError, match="lists the token 'cat' twice"):
+        BertTokenizer(TINY_VOCAB + ["cat"])
+
+
+def test_works_in_tf_data_and_in_a_saved_function(tmp_path):
+    tokenizer = BertTokenizer(TINY_VOCAB)
+    packer = BertPacker.from_tokenizer(tokenizer, sequence_length=6)
+    sentences = ["the cat sat on the mat", "hello world!", ""]
+    eager = packer(tokenizer(tf.constant(sentences)))
+    dataset = tf.data.Dataset.from_tensor_slices(sentences).batch(3).map(
+        lambda s: packer(tokenizer(s)))  # fmt: skip
+    from_data = next(iter(dataset))
+
+    module = tf.Module()
+    module.tokenizer, module.packer = tokenizer, packer
+    module.preprocess = tf.function(lambda s: packer(tokenizer(s)),
+                                    input_signature=[tf.TensorSpec([None], tf.string)])  # fmt: skip
+    tf.saved_model.save(module, str(tmp_path / "saved"))
+    from_saved = tf.saved_model.load(str(tmp_path / "saved")).preprocess(tf.constant(sentences))
+    for key in eager:
+        np.testing.assert_array_equal(eager[key], from_data[key])
+        np.testing.assert_array_equal(eager[key], from_saved[key])
+
+
+def test_keras_config_round_trip():
+    tokenizer = BertTokenizer(TINY_VOCAB, do_lower_case=False)
+    clone = keras.layers.deserialize(keras.layers.serialize(tokenizer))
+    assert clone.vocabulary == TINY_VOCAB and clone.do_lower_case is False
+    packer = BertPacker(2, 3, 0, sequence_length=9, pad_to_sequence_length=True)
+    assert (
+        keras.layers.deserialize(keras.layers.serialize(packer)).get_config() == packer.get_config()
+    )
+
+
+def test_cased_tokenizer_keeps_case_and_accents():
+    vocab = TINY_VOCAB + ["The", "Café", "caf", "##é"]
+    cased = BertTokenizer(vocab, do_lower_case=False)
+    uncased = BertTokenizer(vocab, do_lower_case=True)
+    assert [vocab[i] for i in cased(tf.constant(["The café"])).to_list()[0]] == [
+        "The",
+        "caf",
+        "##é",
+    ]
+    assert [vocab[i] for i in uncased(tf.constant(["The Café"])).to_list()[0]] == ["the", "[UNK]"]
+
+
+# --- packer ---
+
+
+def google_truncate(a, b, budget):
+    """The original BERT loop: pop from the longer sequence (the second on ties)."""
+    a, b = list(a), list(b)
+    while len(a) + len(b) > budget:
+        (a if len(a) > len(b) else b).pop()
+    return a, b
+
+
+def test_pair_truncation_is_longest_first_like_the_original():
+    rng = np.random.default_rng(0)
+    packer = BertPacker(cls_id=1, sep_id=2, pad_id=0, sequence_length=11)
+    for _ in range(20):
+        lengths = rng.integers(0, 14, (8, 2))
+        first = tf.ragged.constant([list(range(10, 10 + n)) for n in lengths[:, 0]], tf.int32)
+        second = tf.ragged.constant([list(range(50, 50 + n)) for n in lengths[:, 1]], tf.int32)
+        packed = packer(first, second)
+        for row, (a, b) in enumerate(zip(first.to_list(), second.to_list())):
+            a, b = google_truncate(a, b, 8)
+            expected = [1, *a, 2, *b, 2]
+            n = len(expected)
+            assert packed["input_word_ids"][row, :n].numpy().tolist() == expected
+            assert packed["input_type_ids"][row, :n].numpy().tolist() == [0] * (len(a) + 2) + [
+                1
+            ] * (len(b) + 1)
+            assert packed["input_mask"][row].numpy().tolist() == [1] * n + [0] * (
+                packed["input_mask"].shape[1] - n
+            )
+
+
+def test_dynamic_and_fixed_padding():
+    segments = tf.ragged.constant([[5, 6], [7, 8, 9, 10, 11, 12, 13, 14, 15, 16]], tf.int32)
+    dynamic = BertPacker(1, 2, 0, sequence_length=8)(segments)
+    assert dynamic["input_word_ids"].numpy().tolist() == [[1, 5, 6, 2, 0, 0, 0, 0],
+                                                          [1, 7, 8, 9, 10, 11, 12, 2]]  # fmt: skip
+    short = BertPacker(1, 2, 0, sequence_length=128)(segments[:1])
+    assert short["input_word_ids"].shape == (1, 4)  # padded to the longest, not to 128
+    fixed = BertPacker(1, 2, 0, sequence_length=128, pad_to_sequence_length=True)(segments[:1])
+    assert fixed["input_word_ids"].shape == (1, 128) and fixed["input_mask"].numpy().sum() == 4
+    for value in dynamic.values():
+        assert value.dtype == tf.int32
+
+
+def test_empty_strings_give_cls_sep(minilm_dir):
+    tokenizer = BertTokenizer.from_checkpoint(minilm_dir)
+    packed = BertPacker.from_tokenizer(tokenizer)(tokenizer(tf.constant(["", "  \t "])))
+    assert packed["input_word_ids"].numpy().tolist() == [[101, 102], [101, 102]]
