@@ -65,13 +65,17 @@ def steps_for(model, adapt):
 
     @tf.function
     def forward(x):
-        return model(adapt(x), training=False)["sequence_output"]
+        outputs = model(adapt(x), training=False)
+        return outputs["sequence_output"], outputs["pooled_output"]
 
     @tf.function
     def train_step(x):
         with tf.GradientTape() as tape:
-            sequence = model(adapt(x), training=True)["sequence_output"]
-            loss = tf.reduce_mean(tf.square(tf.cast(sequence, tf.float32)))
+            outputs = model(adapt(x), training=True)
+            loss = sum(
+                tf.reduce_mean(tf.square(tf.cast(outputs[key], tf.float32)))
+                for key in ("sequence_output", "pooled_output")
+            )
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply(grads, model.trainable_variables)
         return loss
@@ -82,7 +86,7 @@ def steps_for(model, adapt):
 def time_steps(fn, x, steps):
     start = time.perf_counter()
     for _ in range(steps):
-        np.asarray(fn(x))  # waits for the result
+        tf.nest.map_structure(np.asarray, fn(x))  # waits for the result
     return (time.perf_counter() - start) / steps
 
 

@@ -156,6 +156,7 @@ class BertSelfAttention(keras.layers.Layer):
         return ops.transpose(x, (0, 2, 1, 3))  # (batch, heads, seq, head_size)
 
     def call(self, x, input_mask, training=None):
+        x = ops.cast(x, self.compute_dtype)  # once here, rather than in each of the 3 projections
         query = self._split_heads(self.query(x))
         key = self._split_heads(self.key(x))
         value = self._split_heads(self.value(x))
