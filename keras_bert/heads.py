@@ -93,3 +93,76 @@ class NextSentenceHead(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "initializer_range": self.initializer_range}
+
+
+@_SERIALIZABLE
+class ClassifierHead(keras.layers.Layer):
+    """Dropout and a dense layer on the pooled [CLS] output.
+
+    `num_classes=1` gives one unbounded score (regression, as for STS-B).
+    Call with (batch, hidden); returns float32 (batch, num_classes) logits.
+    """
+
+    def __init__(self, num_classes, dropout_rate=0.1, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.num_classes = num_classes
+        self.dropout_rate = dropout_rate
+        self.initializer_range = initializer_range
+        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+        self.dense = keras.layers.Dense(
+            num_classes,
+            kernel_initializer=layers.initializer(initializer_range),
+            dtype="float32",  # logits feed the loss and the softmax in float32
+            name="dense",
+        )
+
+    def build(self, pooled_output_shape):
+        self.dense.build(pooled_output_shape)
+
+    def call(self, pooled_output, training=None):
+        return self.dense(self.dropout(pooled_output, training=training))
+
+    def compute_output_shape(self, pooled_output_shape):
+        return (pooled_output_shape[0], self.num_classes)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_classes": self.num_classes,
+            "dropout_rate": self.dropout_rate,
+            "initializer_range": self.initializer_range,
+        }
+
+
+@_SERIALIZABLE
+class MultipleChoiceHead(keras.layers.Layer):
+    """One score per choice: each choice was packed with the context and encoded on its own.
+
+    Call with the pooled output of all choices, (batch * num_choices, hidden), grouped by
+    example; returns float32 (batch, num_choices) logits, to be soft-maxed across choices.
+    """
+
+    def __init__(self, num_choices, dropout_rate=0.1, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.num_choices = num_choices
+        self.dropout_rate = dropout_rate
+        self.initializer_range = initializer_range
+        self.scorer = ClassifierHead(1, dropout_rate, initializer_range, name="scorer")
+
+    def build(self, pooled_output_shape):
+        self.scorer.build(pooled_output_shape)
+
+    def call(self, pooled_output, training=None):
+        scores = self.scorer(pooled_output, training=training)  # (batch * choices, 1)
+        return ops.reshape(scores, (-1, self.num_choices))
+
+    def compute_output_shape(self, pooled_output_shape):
+        return (None, self.num_choices)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_choices": self.num_choices,
+            "dropout_rate": self.dropout_rate,
+            "initializer_range": self.initializer_range,
+        }

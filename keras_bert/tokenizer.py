@@ -194,6 +194,7 @@ def _trim_lengths(first_lengths, second_lengths, budget):
     It drops one token at a time from the longer segment (the second on ties); in closed form
     the first keeps at most max(ceil(budget / 2), budget - len(second)).
     """
+    budget = tf.constant(budget, second_lengths.dtype)
     first_cap = tf.maximum((budget + 1) // 2, budget - second_lengths)
     first = tf.minimum(first_lengths, first_cap)
     return first, tf.minimum(second_lengths, budget - first)

@@ -110,13 +110,36 @@ def test_works_in_tf_data_and_in_a_saved_function(tmp_path):
 
     module = tf.Module()
     module.tokenizer, module.packer = tokenizer, packer
-    module.preprocess = tf.function(lambda s: packer(tokenizer(s)),
-                                    input_signature=[tf.TensorSpec([None], tf.string)])  # fmt: skip
+    spec = tf.TensorSpec([None], tf.string)
+    module.preprocess = tf.function(lambda s: packer(tokenizer(s)), input_signature=[spec])
+    module.pairs = tf.function(lambda a, b: packer(tokenizer(a), tokenizer(b)),
+                               input_signature=[spec, spec])  # fmt: skip
     tf.saved_model.save(module, str(tmp_path / "saved"))
-    from_saved = tf.saved_model.load(str(tmp_path / "saved")).preprocess(tf.constant(sentences))
+    reloaded = tf.saved_model.load(str(tmp_path / "saved"))
+    from_saved = reloaded.preprocess(tf.constant(sentences))
     for key in eager:
         np.testing.assert_array_equal(eager[key], from_data[key])
         np.testing.assert_array_equal(eager[key], from_saved[key])
+    seconds = tf.constant(["hello world", "the dog", "a"])
+    eager_pairs = packer(tokenizer(tf.constant(sentences)), tokenizer(seconds))
+    saved_pairs = reloaded.pairs(tf.constant(sentences), seconds)
+    for key in eager_pairs:
+        np.testing.assert_array_equal(eager_pairs[key], saved_pairs[key])
+
+
+def test_graph_uses_only_core_ops_and_two_old_tf_text_ops():
+    """TF Serving 2.12+ bundles tensorflow-text 2.12, which has these two ops (and lacks newer
+    ones such as RoundRobinTrim); everything else must be core TensorFlow."""
+    tokenizer = BertTokenizer(TINY_VOCAB)
+    packer = BertPacker.from_tokenizer(tokenizer, sequence_length=9)
+    spec = tf.TensorSpec([None], tf.string)
+    graph = tf.function(
+        lambda a, b: (packer(tokenizer(a), tokenizer(b)), tokenizer.tokenize_with_offsets(a))
+    ).get_concrete_function(spec, spec).graph.as_graph_def()
+    ops = {node.op for node in graph.node}
+    ops |= {node.op for function in graph.library.function for node in function.node_def}
+    not_core = {op for op in ops if not hasattr(tf.raw_ops, op)}
+    assert not_core == {"NormalizeUTF8", "FastWordpieceTokenizeWithOffsets"}
 
 
 def test_keras_config_round_trip():
