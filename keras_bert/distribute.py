@@ -39,7 +39,9 @@ def create_strategy(name, num_cpu_devices=1, tpu_address=None):
             raise ValueError("--strategy=multi_worker needs the TF_CONFIG environment variable "
                              "(cluster and task of this worker)")  # fmt: skip
         logging.info("TF_CONFIG: %s", json.loads(os.environ["TF_CONFIG"]))
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        patch_keras_for_multi_worker()
+        return strategy
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address or "")
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
@@ -57,3 +59,61 @@ def _split_cpu(count):
         if logical != count:
             raise RuntimeError(f"cannot split the CPU into {count} devices after TensorFlow "
                                f"started (it has {logical}): {e}") from e  # fmt: skip
+
+
+def patch_keras_for_multi_worker():
+    """Makes Keras 3's `model.fit` work under MultiWorkerMirroredStrategy.
+
+    This is the project's one workaround for keras-team/keras issue 20585. Keras's TensorFlow
+    trainer fails there in two places:
+      1. Before the first step it builds the model from a batch averaged across replicas with
+         `strategy.reduce`, which fails on a multi-worker PerReplica batch. The batch only
+         supplies shapes and dtypes, so this worker's own first replica batch does as well.
+      2. It averages the logs of each step across workers with `strategy.reduce(..., axis=0)`,
+         which fails for scalar logs (loss, metrics): those are reduced over no axis instead.
+    Both replacements wrap the same Keras internals and are installed once, only when a
+    multi-worker strategy is created. Delete this function when Keras fixes the issue.
+    """
+    from keras.src.backend.tensorflow import trainer
+
+    if getattr(trainer, "_keras_bert_multi_worker_patch", False):
+        return
+    for name in ("reduce_per_replica", "_collective_all_reduce_multi_worker", "TensorFlowTrainer"):
+        if not hasattr(trainer, name):
+            raise RuntimeError(
+                f"this Keras version has no keras.src.backend.tensorflow.trainer.{name}; "
+                "keras_bert's multi-worker workaround needs updating"
+            )
+    reduce_per_replica = trainer.reduce_per_replica
+
+    def local_first_batch(strategy, batch):
+        def local(value):
+            if isinstance(value, tf.distribute.DistributedValues):
+                return strategy.experimental_local_results(value)[0]
+            return value
+
+        return tf.nest.map_structure(local, batch)
+
+    def maybe_symbolic_build(self, iterator=None, data_batch=None):
+        if self._distribute_strategy is None:
+            return
+        if iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = local_first_batch(self.distribute_strategy, next(batches))
+                break
+        with self.distribute_strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    def reduce_logs(values, strategy, reduction):
+        if reduction in ("auto", "mean") and trainer._collective_all_reduce_multi_worker(strategy):
+
+            def mean(value):
+                local = local_first_batch(strategy, value)
+                return strategy.reduce("MEAN", value, axis=0 if local.shape.rank else None)
+
+            return tf.nest.map_structure(mean, values)
+        return reduce_per_replica(values, strategy, reduction)
+
+    trainer.TensorFlowTrainer._maybe_symbolic_build = maybe_symbolic_build
+    trainer.reduce_per_replica = reduce_logs
+    trainer._keras_bert_multi_worker_patch = True

