@@ -22,7 +22,6 @@ flags.DEFINE_string("export_dir", "exported", "Base folder TF Serving watches.")
 flags.DEFINE_string("model_name", None, "Model name (sub-folder). Default: the task name.")
 flags.DEFINE_integer("version", None, "Version number. Default: one more than the newest.")
 flags.DEFINE_bool("hub_layout", False, "Also export preprocessor and encoder, TF Hub style.")
-flags.mark_flag_as_required("run_dir")
 
 WARMUP_TEXTS = ["A short warm-up sentence.", "", "Another, somewhat longer sentence to warm up "
                 "the server before its first request arrives."]  # fmt: skip
@@ -31,13 +30,20 @@ WARMUP_TEXTS = ["A short warm-up sentence.", "", "Another, somewhat longer sente
 def export_run(run_dir, export_dir, model_name=None, version=None, hub=False):
     model, tokenizer, run_info = common.load_run(run_dir)
     model_name = model_name or run_info["task"].lower()
-    num_texts = len(run_info["text_columns"])
-    module = serving.ClassifierModule(model, tokenizer, run_info["labels"],
-                                      run_info["max_seq_length"])  # fmt: skip
-    names = serving.TEXT_INPUTS[num_texts]
-    warmup = [{name: WARMUP_TEXTS[:1] for name in names}, {name: WARMUP_TEXTS for name in names}]
-    path = serving.save_versioned(module, module.signatures(num_texts), export_dir, model_name,
-                                  warmup=warmup, version=version)  # fmt: skip
+    if run_info["task"] == "SWAG":
+        choices = len(run_info["labels"])
+        module = serving.MultipleChoiceModule(model, tokenizer, run_info["max_seq_length"], choices)
+        signatures = module.signatures()
+        warmup = [{"context": WARMUP_TEXTS[:1], "endings": [WARMUP_TEXTS[:1] * choices]}]
+    else:
+        num_texts = len(run_info["text_columns"])
+        module = serving.ClassifierModule(model, tokenizer, run_info["labels"],
+                                          run_info["max_seq_length"])  # fmt: skip
+        signatures = module.signatures(num_texts)
+        names = serving.TEXT_INPUTS[num_texts]
+        warmup = [{n: WARMUP_TEXTS[:1] for n in names}, {n: WARMUP_TEXTS for n in names}]
+    path = serving.save_versioned(module, signatures, export_dir, model_name, warmup=warmup,
+                                  version=version)  # fmt: skip
     logging.info("exported %s", path)
     if hub:
         encoder = _encoder_of(model)
@@ -64,4 +70,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    flags.mark_flag_as_required("run_dir")
     app.run(main)

@@ -62,6 +62,34 @@ class ClassifierModule(tf.Module):
         return {"serving_default": text, "serve_token_ids": ids}
 
 
+class MultipleChoiceModule(ClassifierModule):
+    """`context` (batch,) and `endings` (batch, choices) strings in; label id and probabilities
+    over the choices out. Each ending is packed with the context, as in training."""
+
+    def __init__(self, model, tokenizer, sequence_length, num_choices):
+        super().__init__(model, tokenizer, [str(i) for i in range(num_choices)], sequence_length)
+        self.num_choices = num_choices
+
+    def from_choices(self, context, endings):
+        contexts = tf.repeat(context, self.num_choices)
+        packed = self.packer(self.tokenizer(contexts), self.tokenizer(tf.reshape(endings, [-1])))
+        shape = [-1, self.num_choices]
+        outputs = self.outputs(
+            {k: tf.reshape(v, shape + [tf.shape(v)[-1]]) for k, v in packed.items()}
+        )
+        del outputs["label"]
+        return outputs
+
+    def signatures(self, num_texts=None):
+        choices = tf.function(self.from_choices, input_signature=[
+            tf.TensorSpec([None], tf.string, name="context"),
+            tf.TensorSpec([None, self.num_choices], tf.string, name="endings")])  # fmt: skip
+        ids = tf.function(self.from_token_ids, input_signature=[
+            tf.TensorSpec([None, self.num_choices, None], tf.int32, name=name)
+            for name in INPUT_NAMES])  # fmt: skip
+        return {"serving_default": choices, "serve_token_ids": ids}
+
+
 def graph_ops(saved_model_dir):
     """Every op type in a SavedModel's graph and function library."""
     from tensorflow.core.protobuf import saved_model_pb2

@@ -166,3 +166,14 @@ class MultipleChoiceHead(keras.layers.Layer):
             "dropout_rate": self.dropout_rate,
             "initializer_range": self.initializer_range,
         }
+
+
+@_SERIALIZABLE
+class FoldChoices(keras.layers.Layer):
+    """(batch, choices, seq) -> (batch * choices, seq), so each choice is encoded on its own."""
+
+    def call(self, inputs):
+        return ops.reshape(inputs, (-1, ops.shape(inputs)[-1]))
+
+    def compute_output_shape(self, input_shape):
+        return (None, input_shape[-1])

@@ -240,7 +240,7 @@ def fit(model, strategy, train_dataset, steps_per_epoch, loss, metrics, callback
         callbacks.append(keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")))
     logging.info("training %d steps (%d epochs of %d)", total_steps, epochs, steps_per_epoch)
     return model.fit(train_dataset.repeat(), epochs=epochs, steps_per_epoch=steps_per_epoch,
-                     callbacks=callbacks, verbose=1 if chief else 0)  # fmt: skip
+                     callbacks=callbacks, verbose=1 if chief else 0, shuffle=False)  # fmt: skip
 
 
 def save_run(output_dir, model, tokenizer, run_info):
