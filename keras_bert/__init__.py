@@ -30,7 +30,9 @@ def _use_tensorflow_backend():
 
 _use_tensorflow_backend()
 
-from keras_bert.config import BertConfig
-from keras_bert.encoder import BertEncoder
+# Importing the modules registers every Keras-serializable class, so that saved models load.
+from keras_bert import heads, layers, optimization, tokenizer  # noqa: E402, F401
+from keras_bert.config import BertConfig  # noqa: E402
+from keras_bert.encoder import BertEncoder  # noqa: E402
 
 __all__ = ["BertConfig", "BertEncoder"]

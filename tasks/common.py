@@ -227,24 +227,31 @@ def fit(model, strategy, train_dataset, steps_per_epoch, loss, metrics, callback
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
     chief = is_chief(strategy)
-    backup = os.path.join(output_dir, "backup")
-    if not chief:  # workers must not overwrite the chief's state
-        backup = os.path.join(backup, f"worker_{strategy.cluster_resolver.task_id}")
-    callbacks = [
-        keras.callbacks.BackupAndRestore(
-            backup, save_freq=FLAGS.save_checkpoints_steps or "epoch", delete_checkpoint=False
-        ),  # fmt: skip
-        *callbacks,
-    ]
+    # Each worker keeps its own backup; they must not overwrite each other's.
+    backup = os.path.join(run_dir_of(strategy, output_dir), "backup")
+    os.makedirs(backup, exist_ok=True)
+    callbacks = list(callbacks)
     if chief:
-        callbacks.append(keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")))
+        callbacks = [keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")), *callbacks]
+    # Last, so that an epoch's metrics are written before the state that skips that epoch.
+    save_freq = FLAGS.save_checkpoints_steps or "epoch"
+    callbacks.append(keras.callbacks.BackupAndRestore(backup, save_freq, delete_checkpoint=False))
     logging.info("training %d steps (%d epochs of %d)", total_steps, epochs, steps_per_epoch)
     return model.fit(train_dataset.repeat(), epochs=epochs, steps_per_epoch=steps_per_epoch,
-                     callbacks=callbacks, verbose=1 if chief else 0, shuffle=False)  # fmt: skip
+                     callbacks=list(callbacks), verbose=1 if chief else 0, shuffle=False)  # fmt: skip
+
+
+def run_dir_of(strategy, output_dir):
+    """Where this worker saves the finished run: output_dir for the chief; other workers save
+    their copy to output_dir/worker_<i> (multi-worker saving must happen on every worker)."""
+    if is_chief(strategy):
+        return output_dir
+    return os.path.join(output_dir, f"worker_{strategy.cluster_resolver.task_id}")
 
 
 def save_run(output_dir, model, tokenizer, run_info):
     """Saves the fine-tuned model and what an exporter needs to rebuild its inputs."""
+    os.makedirs(output_dir, exist_ok=True)
     tmp = os.path.join(output_dir, f"model.tmp-{os.getpid()}.keras")
     model.save(tmp)
     os.replace(tmp, os.path.join(output_dir, "model.keras"))

@@ -190,7 +190,9 @@ def read_tfds(task, split):
         if task.labels is None:
             labels.append(float(label))
         elif label >= 0:  # test splits carry -1
-            labels.append(task.labels.index(names[label]))
+            # NLI tasks share label names with the TSVs; the others are 0/1 in both, by index.
+            by_name = set(names) == set(task.labels)
+            labels.append(task.labels.index(names[label]) if by_name else int(label))
     dtype = "float32" if task.labels is None else "int32"
     return common.Split(texts, np.array(labels, dtype) if labels else None, ids)
 
@@ -271,8 +273,7 @@ def run(task):
                   else keras.losses.MeanSquaredError()),
             metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")] if classification else [],
             callbacks=[evaluator] if dev_sets else [], output_dir=output_dir)  # fmt: skip
-        if chief:
-            common.save_run(output_dir, model, tokenizer, {
+        common.save_run(common.run_dir_of(strategy, output_dir), model, tokenizer, {
                 "task": task.name, "text_columns": list(task.text_columns),
                 "labels": list(task.labels) if task.labels else None})  # fmt: skip
     results = evaluator.latest if FLAGS.do_train else evaluator.evaluate() if dev_sets else {}

@@ -114,8 +114,7 @@ def run():
                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                    metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")],
                    callbacks=[evaluator] if dev_sets else [], output_dir=output_dir)  # fmt: skip
-        if chief:
-            common.save_run(output_dir, model, tokenizer, {
+        common.save_run(common.run_dir_of(strategy, output_dir), model, tokenizer, {
                 "task": "SWAG", "text_columns": ["context", "endings"],
                 "labels": [str(i) for i in range(NUM_CHOICES)]})  # fmt: skip
     if FLAGS.do_predict and FLAGS.test_file:

@@ -64,3 +64,30 @@ TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [
     "the", "cat", "sat", "on", "mat", "##s", "a", "dog", ",", ".", "!", "un", "##aff", "##able",
     "hello", "world", "é", "中",
 ]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, minilm_dir):
+    """A tiny random BERT in the Hugging Face layout with MiniLM's real vocabulary, so that
+    task pipelines run on real text in seconds."""
+    from keras_bert import checkpoints
+
+    keras.config.set_dtype_policy("float32")
+    keras.utils.set_random_seed(7)
+    encoder = keras_bert.BertEncoder(**{**TINY, "vocab_size": 30522, "max_position_embeddings": 128})
+    folder = str(tmp_path_factory.mktemp("tiny_checkpoint"))
+    vocab = os.path.join(minilm_dir, "vocab.txt")
+    checkpoints.save_checkpoint(checkpoints.BertCheckpoint(encoder, vocab, True), folder)
+    return folder
+
+
+@pytest.fixture
+def flags_parsed():
+    """absl flags for in-process task runs: parsed, and restored after the test."""
+    from absl import flags
+    from absl.testing import flagsaver
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+    with flagsaver.flagsaver():
+        yield flags.FLAGS

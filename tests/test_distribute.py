@@ -1,0 +1,106 @@
+"""Training under tf.distribute strategies, and resuming a killed run. Each case runs the GLUE
+binary in fresh processes: logical CPU devices and TF_CONFIG must be set before TF starts."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import DATA
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def glue_command(checkpoint, output_dir, *extra):
+    return [sys.executable, "-m", "tasks.glue", "--task_name=SST-2",
+            f"--data_dir={os.path.join(DATA, 'glue', 'SST-2')}", f"--init_checkpoint={checkpoint}",
+            f"--output_dir={output_dir}", "--max_seq_length=32", "--train_batch_size=16",
+            "--max_eval_examples=16", *extra]  # fmt: skip
+
+
+def run(command, env=None, timeout=600):
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, **(env or {})})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def weights(path):
+    return [w.numpy() for w in keras.saving.load_model(path).weights]
+
+
+@pytest.mark.slow
+def test_mirrored_over_two_logical_cpus(tmp_path, tiny_checkpoint):
+    result = run(glue_command(tiny_checkpoint, tmp_path, "--strategy=mirrored",
+                              "--num_cpu_devices=2", "--num_train_epochs=1"))  # fmt: skip
+    assert "with 2 replicas" in result.stderr
+    assert json.loads((tmp_path / "metrics.json").read_text())[0]["epoch"] == 1
+
+
+@pytest.mark.slow
+def test_two_workers_end_with_identical_weights(tmp_path, tiny_checkpoint):
+    ports = free_ports(2)
+    cluster = {"worker": [f"localhost:{p}" for p in ports]}
+    command = glue_command(tiny_checkpoint, tmp_path, "--strategy=multi_worker",
+                           "--num_train_epochs=2")  # fmt: skip
+    workers = [
+        subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env={**os.environ, "TF_CONFIG": json.dumps(
+                             {"cluster": cluster, "task": {"type": "worker", "index": i}})})
+        for i in range(2)
+    ]  # fmt: skip
+    for worker in workers:
+        _, stderr = worker.communicate(timeout=600)
+        assert worker.returncode == 0, stderr[-3000:]
+    chief = weights(str(tmp_path / "model.keras"))
+    other = weights(str(tmp_path / "worker_1" / "model.keras"))
+    initial = weights_of_checkpoint(tiny_checkpoint)
+    assert len(chief) == len(other)
+    for a, b in zip(chief, other):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(chief[0], initial[0])  # and they did train
+
+
+def weights_of_checkpoint(path):
+    from keras_bert import BertEncoder
+
+    return [w.numpy() for w in BertEncoder.from_checkpoint(path).weights]
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_from_its_backup(tmp_path, tiny_checkpoint):
+    command = glue_command(tiny_checkpoint, tmp_path, "--num_train_epochs=12",
+                           "--max_train_examples=64")  # fmt: skip
+    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    metadata = tmp_path / "backup" / "training_metadata.json"
+    deadline = time.time() + 300
+    while not metadata.exists() and time.time() < deadline and first.poll() is None:
+        time.sleep(0.02)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert first.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    done = json.loads((tmp_path / "metrics.json").read_text())
+    result = run(command)
+    epochs = [int(line.split()[1].split("/")[0]) for line in result.stdout.splitlines()
+              if line.startswith("Epoch ")]  # fmt: skip
+    assert epochs and epochs[0] > 1 and epochs[-1] == 12  # resumed, not started over
+    history = json.loads((tmp_path / "metrics.json").read_text())
+    assert [h["epoch"] for h in history] == list(range(1, 13))
+    assert history[: len(done)] == done  # what the killed run wrote is kept

@@ -1,0 +1,164 @@
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tasks import glue
+
+from conftest import DATA
+
+GLUE = os.path.join(DATA, "glue")
+
+
+def write(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["CoLA", "SST-2", "MRPC", "STS-B", "RTE", "WNLI"])
+def test_reads_the_real_glue_files(name):
+    task = glue.get_task(name)
+    train = glue.read_tsv(os.path.join(GLUE, name, "train.tsv"), task, True)
+    test = glue.read_tsv(os.path.join(GLUE, name, "test.tsv"), task, False)
+    assert set(train.texts) == set(task.text_columns)
+    assert len(train) == len(train.labels) > 10 and test.labels is None
+    assert all(text.strip() for text in train.texts[task.text_columns[0]])
+    if task.labels is None:
+        assert train.labels.dtype == np.float32 and 0 <= train.labels.min() <= 5
+    else:
+        assert set(np.unique(train.labels)) <= set(range(len(task.labels)))
+    assert test.ids[:3] == ["0", "1", "2"]
+
+
+def test_mrpc_row_content():
+    task = glue.get_task("mrpc")
+    dev = glue.read_tsv(os.path.join(GLUE, "MRPC", "dev.tsv"), task, True)  # header has a BOM
+    assert dev.texts["#1 String"][0].startswith("He said the foodservice pie business")
+    assert dev.labels[0] == 1
+
+
+def test_qqp_and_mnli_layouts(tmp_path):
+    qqp = write(tmp_path / "qqp.tsv", ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
+                                       "7\t1\t2\tHow do I cook?\tHow to cook?\t1"])  # fmt: skip
+    split = glue.read_tsv(qqp, glue.get_task("QQP"), True)
+    assert split.ids == ["7"] and split.labels.tolist() == [1]
+    header = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+              "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label")  # fmt: skip
+    mnli = write(tmp_path / "mnli.tsv", [header, "0\t1\t1e\tfiction\t(x)\t(y)\t(X)\t(Y)\t"
+                                         "A man sleeps.\tA person rests.\tentailment\tentailment"])  # fmt: skip
+    split = glue.read_tsv(mnli, glue.get_task("MNLI"), True)
+    assert split.texts["sentence2"] == ["A person rests."]
+    assert split.labels.tolist() == [glue.get_task("MNLI").labels.index("entailment")]
+
+
+def test_bad_files_name_the_file_line_and_problem(tmp_path):
+    task = glue.get_task("SST-2")
+    with pytest.raises(FileNotFoundError, match="SST-2 data file not found"):
+        glue.read_tsv(str(tmp_path / "missing.tsv"), task, True)
+    bad = write(tmp_path / "cols.tsv", ["sentence\tlabel", "good film\t1", "bad film"])
+    with pytest.raises(ValueError, match=r"cols\.tsv:3: expected 2 tab-separated columns, found 1"):
+        glue.read_tsv(bad, task, True)
+    bad = write(tmp_path / "label.tsv", ["sentence\tlabel", "good film\t1", "odd\tpositive"])
+    with pytest.raises(ValueError, match=r"label\.tsv:3: label 'positive' is not one of SST-2"):
+        glue.read_tsv(bad, task, True)
+    bad = write(tmp_path / "header.tsv", ["text\ttarget", "good film\t1"])
+    with pytest.raises(ValueError, match=r"header\.tsv:1: no column\(s\) sentence, label"):
+        glue.read_tsv(bad, task, True)
+    bad = write(tmp_path / "score.tsv", ["sentence1\tsentence2\tscore", "a\tb\thigh"])
+    with pytest.raises(ValueError, match=r"score\.tsv:2: label 'high' is not a number"):
+        glue.read_tsv(bad, glue.get_task("STS-B"), True)
+    (tmp_path / "latin1.tsv").write_bytes(b"sentence\tlabel\ncaf\xe9\t1\n")
+    with pytest.raises(ValueError, match="not valid UTF-8"):
+        glue.read_tsv(str(tmp_path / "latin1.tsv"), task, True)
+    empty = write(tmp_path / "empty.tsv", ["sentence\tlabel"])
+    with pytest.raises(ValueError, match="has no examples"):
+        glue.read_tsv(empty, task, True)
+
+
+def test_metrics_on_hand_worked_examples():
+    labels = np.array([1, 1, 1, 0, 0, 0, 0, 1])
+    predictions = np.array([1, 1, 0, 0, 0, 1, 0, 1])
+    # tp=3 tn=3 fp=1 fn=1
+    assert glue.accuracy(predictions, labels) == 0.75
+    assert glue.f1(predictions, labels) == pytest.approx(0.75)  # precision = recall = 3/4
+    assert glue.matthews(predictions, labels) == pytest.approx((9 - 1) / 16)
+    assert glue.matthews(np.ones(4, int), np.array([1, 0, 1, 0])) == 0.0  # undefined -> 0
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert glue.pearson(x, 2 * x + 1) == pytest.approx(1.0)
+    assert glue.spearman(x, x**3) == pytest.approx(1.0)  # monotone, not linear
+    assert glue.ranks(np.array([10.0, 20.0, 20.0, 5.0])).tolist() == [2.0, 3.5, 3.5, 1.0]
+    # Spearman with ties: ranks [1, 2.5, 2.5, 4] vs [1, 2, 3, 4] -> r = 0.9486833
+    assert glue.spearman(np.array([1.0, 2, 2, 3]), np.array([1.0, 2, 3, 4])) == pytest.approx(
+        0.9486833, abs=1e-6)  # fmt: skip
+
+
+def test_unknown_task_is_refused():
+    from absl import app
+
+    with pytest.raises(app.UsageError, match="unknown GLUE task 'SST-3'"):
+        glue.get_task("SST-3")
+
+
+def test_fine_tunes_and_writes_every_output(tmp_path, tiny_checkpoint, flags_parsed):
+    flags_parsed.task_name = "SST-2"
+    flags_parsed.data_dir = os.path.join(GLUE, "SST-2")
+    flags_parsed.output_dir = str(tmp_path / "run")
+    flags_parsed.init_checkpoint = tiny_checkpoint
+    flags_parsed.num_train_epochs = 2
+    flags_parsed.train_batch_size = 16
+    flags_parsed.learning_rate = 1e-3
+    flags_parsed.do_predict = True
+    flags_parsed.bucket_by_length = True
+    results = glue.run(glue.get_task("SST-2"))
+    run = tmp_path / "run"
+    assert {"model.keras", "run.json", "vocab.txt", "metrics.json", "SST-2.tsv", "logs",
+            "backup"} <= set(os.listdir(run))  # fmt: skip
+    history = json.loads((run / "metrics.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2]
+    assert history[-1]["dev"] == results["dev"]
+    assert 0.0 <= results["dev"]["accuracy"] <= 1.0
+    lines = (run / "SST-2.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 17
+    assert all(line.split("\t")[1] in ("0", "1") for line in lines[1:])
+    assert os.listdir(run / "logs" / "dev") and os.listdir(run / "logs" / "train")
+    assert json.loads((run / "run.json").read_text())["labels"] == ["0", "1"]
+
+
+def test_regression_task_reports_pearson_and_spearman(tmp_path, tiny_checkpoint, flags_parsed):
+    flags_parsed.data_dir = os.path.join(GLUE, "STS-B")
+    flags_parsed.output_dir = str(tmp_path / "run")
+    flags_parsed.init_checkpoint = tiny_checkpoint
+    flags_parsed.num_train_epochs = 1
+    flags_parsed.do_predict = True
+    results = glue.run(glue.get_task("STS-B"))
+    assert set(results["dev"]) == {"pearson", "spearman"}
+    rows = (tmp_path / "run" / "STS-B.tsv").read_text().splitlines()[1:]
+    assert len(rows) == 8 and all(float(r.split("\t")[1]) == float(r.split("\t")[1]) for r in rows)
+
+
+@pytest.mark.slow
+def test_minilm_learns_sst2(tmp_path, minilm_dir, flags_parsed):
+    """A real check that fine-tuning works: MiniLM on the 4,000 bundled SST-2 sentences."""
+    flags_parsed.data_dir = os.path.join(os.path.dirname(glue.__file__), "data", "SST-2")
+    flags_parsed.output_dir = str(tmp_path / "run")
+    flags_parsed.init_checkpoint = minilm_dir
+    flags_parsed.num_train_epochs = 1
+    flags_parsed.max_train_examples = 1500
+    flags_parsed.max_eval_examples = 400
+    flags_parsed.learning_rate = 1e-4
+    flags_parsed.mixed_precision = "bfloat16"
+    flags_parsed.bucket_by_length = True
+    results = glue.run(glue.get_task("SST-2"))
+    assert results["dev"]["accuracy"] > 0.75  # chance is 0.5
+
+
+def test_tfds_glue_is_read_with_the_same_columns(tmp_path, flags_parsed):
+    import tensorflow_datasets as tfds
+
+    flags_parsed.tfds = True
+    task = glue.get_task("MRPC")
+    with tfds.testing.mock_data(num_examples=6):
+        split = glue.read_tfds(task, "train")
+    assert set(split.texts) == {"#1 String", "#2 String"} and len(split) == 6
+    assert split.labels.dtype == np.int32
