@@ -22,9 +22,24 @@ def test_ci_runs_the_readme_test_command():
 
 
 @pytest.mark.slow
-def test_main_job_encodes_and_compares_sentences():
-    main_job = next(c for c in readme_commands() if "tasks.encode" in c)
-    assert main_job.rstrip().endswith("python -m tasks.encode")
+def test_main_job_fine_tunes_exports_and_classifies(tmp_path):
+    main_job = next(c for c in readme_commands() if "install -e ." in c and "[test]" not in c)
+    assert main_job.rstrip().endswith("python -m tasks.quickstart")
+    result = subprocess.run([sys.executable, "-m", "tasks.quickstart",
+                             f"--output_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'exp'}",
+                             "--classify=What a wonderful, moving film.",
+                             "--classify=A dull, lifeless mess."],
+                            cwd=ROOT, capture_output=True, text=True, timeout=1200)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    accuracy = float(result.stdout.split("dev accuracy: ")[1].split()[0])
+    assert accuracy > 0.78  # 4,000 sentences, one epoch; chance is 0.5
+    assert f"exported: {tmp_path / 'exp' / 'sst-2' / '1'}" in result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[-2].split()[0] == "1" and lines[-1].split()[0] == "0"  # positive, negative
+
+
+@pytest.mark.slow
+def test_encode_job_compares_sentences():
     result = subprocess.run([sys.executable, "-m", "tasks.encode", "--sentences", "A cat sat.",
                              "--sentences", "A kitten was sitting.", "--sentences", "Stocks fell."],
                             cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
@@ -36,8 +51,18 @@ def test_main_job_encodes_and_compares_sentences():
     assert similarity[0][1] > similarity[0][2] + 0.3  # cat ~ kitten, not stocks
 
 
-def test_help_explains_every_flag():
-    result = subprocess.run([sys.executable, "-m", "tasks.encode", "--help"], cwd=ROOT,
+@pytest.mark.parametrize(
+    "module, flags",
+    [("tasks.encode", ["--checkpoint", "--sentences", "--max_seq_length", "--pooling"]),
+     ("tasks.glue", ["--task_name", "--data_dir", "--tfds", "--init_checkpoint", "--output_dir",
+                     "--strategy", "--mixed_precision", "--learning_rate", "--bucket_by_length"]),
+     ("tasks.swag", ["--train_file", "--dev_file", "--init_checkpoint", "--strategy"]),
+     ("tasks.quickstart", ["--classify", "--task_name", "--learning_rate"]),
+     ("exports.export", ["--run_dir", "--export_dir", "--model_name", "--hub_layout"])],
+)  # fmt: skip
+def test_help_explains_every_flag(module, flags):
+    result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)  # fmt: skip
-    for flag in ("--checkpoint", "--sentences", "--max_seq_length", "--pooling"):
-        assert flag in result.stdout
+    assert "flags:" in result.stdout, result.stderr[-2000:]  # absl exits 1 after --help
+    for flag in flags:  # boolean flags show as --[no]name
+        assert flag in result.stdout or flag.replace("--", "--[no]") in result.stdout, flag
