@@ -23,8 +23,11 @@ flags.DEFINE_string("model_name", None, "Model name (sub-folder). Default: the t
 flags.DEFINE_integer("version", None, "Version number. Default: one more than the newest.")
 flags.DEFINE_bool("hub_layout", False, "Also export preprocessor and encoder, TF Hub style.")
 
-WARMUP_TEXTS = ["A short warm-up sentence.", "", "Another, somewhat longer sentence to warm up "
-                "the server before its first request arrives."]  # fmt: skip
+WARMUP_TEXTS = [
+    "A short warm-up sentence.",
+    "",
+    "Another, somewhat longer sentence to warm up the server before its first request arrives.",
+]
 
 
 def export_run(run_dir, export_dir, model_name=None, version=None, hub=False):

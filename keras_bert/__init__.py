@@ -31,8 +31,8 @@ def _use_tensorflow_backend():
 _use_tensorflow_backend()
 
 # Importing the modules registers every Keras-serializable class, so that saved models load.
-from keras_bert import heads, layers, optimization, tokenizer  # noqa: E402, F401
-from keras_bert.config import BertConfig  # noqa: E402
-from keras_bert.encoder import BertEncoder  # noqa: E402
+from keras_bert import heads, layers, optimization, tokenizer  # noqa: F401
+from keras_bert.config import BertConfig
+from keras_bert.encoder import BertEncoder
 
 __all__ = ["BertConfig", "BertEncoder"]

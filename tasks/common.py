@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags, logging
 
-from keras_bert import BertEncoder, checkpoints, distribute, optimization
+from keras_bert import checkpoints, distribute, optimization
 from keras_bert.tokenizer import BertPacker, BertTokenizer
 
 FLAGS = flags.FLAGS

@@ -207,7 +207,7 @@ def load_splits(task):
                 {sub: read_tfds(task, split) for sub, split in zip(task.submission_names, test_names)})  # fmt: skip
     if not FLAGS.data_dir:
         raise app.UsageError("pass --data_dir (a GLUE task folder) or --tfds")
-    path = lambda name: os.path.join(FLAGS.data_dir, name)  # noqa: E731
+    path = lambda name: os.path.join(FLAGS.data_dir, name)
     train = read_tsv(path("train.tsv"), task, True) if FLAGS.do_train else None
     dev = {n: read_tsv(path(f), task, True) for n, f in task.dev_files} if FLAGS.do_eval else {}
     test = {}

@@ -15,7 +15,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from exports import export
-from tasks import common, glue
+from tasks import glue
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("classify", ["A gripping, beautifully acted film.",

@@ -37,7 +37,7 @@ def read_swag(path, labelled=True):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"SWAG file not found: {path}")
     with open(path, encoding="utf-8", newline="") as f:
-        if path.endswith(".jsonl") or path.endswith(".json"):
+        if path.endswith((".jsonl", ".json")):
             rows = []
             for line, text in enumerate(f, start=1):
                 if text.strip():

@@ -162,3 +162,17 @@ def test_tfds_glue_is_read_with_the_same_columns(tmp_path, flags_parsed):
         split = glue.read_tfds(task, "train")
     assert set(split.texts) == {"#1 String", "#2 String"} and len(split) == 6
     assert split.labels.dtype == np.int32
+
+
+def test_float16_trains_with_loss_scaling(tmp_path, tiny_checkpoint, flags_parsed):
+    flags_parsed.data_dir = os.path.join(GLUE, "RTE")
+    flags_parsed.output_dir = str(tmp_path / "run")
+    flags_parsed.init_checkpoint = tiny_checkpoint
+    flags_parsed.num_train_epochs = 1
+    flags_parsed.mixed_precision = "float16"
+    results = glue.run(glue.get_task("RTE"))
+    assert 0 <= results["dev"]["accuracy"] <= 1
+    import keras
+
+    model = keras.saving.load_model(str(tmp_path / "run" / "model.keras"))
+    assert all(np.isfinite(w.numpy()).all() for w in model.weights)

@@ -12,7 +12,9 @@ def test_warmup_then_linear_decay():
     schedule = WarmupLinearDecay(1e-3, total_steps=100, warmup_steps=10)
     values = [float(schedule(step)) for step in (0, 5, 10, 55, 100, 150)]
     np.testing.assert_allclose(values, [0.0, 5e-4, 1e-3, 5e-4, 0.0, 0.0], atol=1e-9)
-    assert WarmupLinearDecay.from_config(schedule.get_config()).get_config() == schedule.get_config()
+    assert (
+        WarmupLinearDecay.from_config(schedule.get_config()).get_config() == schedule.get_config()
+    )
     with pytest.raises(ValueError, match="warmup_steps"):
         WarmupLinearDecay(1e-3, total_steps=10, warmup_steps=20)
 

@@ -133,9 +133,13 @@ def test_graph_uses_only_core_ops_and_two_old_tf_text_ops():
     tokenizer = BertTokenizer(TINY_VOCAB)
     packer = BertPacker.from_tokenizer(tokenizer, sequence_length=9)
     spec = tf.TensorSpec([None], tf.string)
-    graph = tf.function(
-        lambda a, b: (packer(tokenizer(a), tokenizer(b)), tokenizer.tokenize_with_offsets(a))
-    ).get_concrete_function(spec, spec).graph.as_graph_def()
+    graph = (
+        tf.function(
+            lambda a, b: (packer(tokenizer(a), tokenizer(b)), tokenizer.tokenize_with_offsets(a))
+        )
+        .get_concrete_function(spec, spec)
+        .graph.as_graph_def()
+    )
     ops = {node.op for node in graph.node}
     ops |= {node.op for function in graph.library.function for node in function.node_def}
     not_core = {op for op in ops if not hasattr(tf.raw_ops, op)}

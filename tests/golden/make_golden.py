@@ -20,6 +20,7 @@ from transformers import BertTokenizer as ReferenceTokenizer
 
 from inputs import PAIR, SENTENCES
 
+
 def reference_tokenizer(model_dir, do_lower_case):
     # split_special_tokens: text that spells "[CLS]" is split like any text, as the original
     # BERT code does, instead of Hugging Face's special-token matching.

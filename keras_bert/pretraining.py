@@ -1,0 +1,207 @@
+"""BERT pre-training: masked-LM + next-sentence instances, and the pretrainer model.
+
+Instances are built as the original recipe does: segments are filled with consecutive sentences
+up to the target length (shorter with probability `short_seq_prob`), B is the real next segment
+half of the time and a segment of another document otherwise, and `masked_lm_prob` of the
+tokens (at most `max_predictions_per_seq`, never [CLS] or [SEP]) are chosen for prediction: 80%
+become [MASK], 10% a random token, 10% stay. With whole-word masking, a word's pieces are
+chosen together.
+
+Two deliberate differences keep the next-sentence classes at 50/50 (the original skews towards
+random pairs, about 60/40 on short documents): a one-sentence chunk takes the following sentence
+as its real B (a document's lone last sentence is skipped), rather than always becoming a
+random pair; and the sentences a random pair leaves unused are not put back to start another
+instance.
+"""
+
+import dataclasses
+
+import keras
+import numpy as np
+
+from keras_bert.encoder import INPUT_NAMES
+from keras_bert.heads import MaskedLMHead, NextSentenceHead
+
+
+@dataclasses.dataclass
+class Instance:
+    """One pre-training example, unpadded. Ids are ints; lengths vary."""
+
+    input_ids: list
+    segment_ids: list
+    is_random_next: bool
+    masked_lm_positions: list
+    masked_lm_ids: list
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialIds:
+    cls: int
+    sep: int
+    mask: int
+    vocab_size: int
+    # Ids a random replacement may take: the vocabulary minus [PAD], [CLS], [SEP], [MASK] etc.
+    replacement_ids: tuple
+
+
+def mask_tokens(ids, starts_word, special, rng, masked_lm_prob, max_predictions, whole_word):
+    """Chooses and corrupts the positions to predict.
+
+    Args:
+      ids: token ids of a packed sequence, [CLS] and [SEP] included.
+      starts_word: for each token, whether it begins a word (False for "##" pieces).
+      special: SpecialIds. rng: a numpy Generator.
+    Returns (corrupted ids, sorted positions, original ids at those positions).
+    """
+    candidates = []  # groups of positions that are masked together
+    for i, token in enumerate(ids):
+        if token in (special.cls, special.sep):
+            continue
+        if whole_word and candidates and not starts_word[i] and candidates[-1][-1] == i - 1:
+            candidates[-1].append(i)
+        else:
+            candidates.append([i])
+    rng.shuffle(candidates)
+    budget = min(max_predictions, max(1, round(len(ids) * masked_lm_prob)))
+    chosen = []
+    for group in candidates:
+        if len(chosen) + len(group) > budget:
+            continue
+        chosen.extend(group)
+        if len(chosen) >= budget:
+            break
+    chosen.sort()
+    corrupted = list(ids)
+    for position in chosen:
+        roll = rng.random()
+        if roll < 0.8:
+            corrupted[position] = special.mask
+        elif roll < 0.9:
+            corrupted[position] = int(rng.choice(special.replacement_ids))
+        # else: keep the original token
+    return corrupted, chosen, [ids[p] for p in chosen]
+
+
+def _truncate_pair(a, b, max_tokens, rng):
+    """Drops tokens from the longer segment, from its front or back at random (as the original)."""
+    while len(a) + len(b) > max_tokens:
+        longer = a if len(a) > len(b) else b
+        if rng.random() < 0.5:
+            del longer[0]
+        else:
+            longer.pop()
+
+
+def instances_from_document(documents, index, special, rng, max_seq_length=128,
+                            short_seq_prob=0.1, masked_lm_prob=0.15, max_predictions=20,
+                            whole_word=False):  # fmt: skip
+    """Builds the instances of documents[index].
+
+    `documents` is a list of documents; a document is a list of sentences; a sentence is a list
+    of (token id, starts_word) pairs.
+    """
+    document = documents[index]
+    max_tokens = max_seq_length - 3
+    target = max_tokens if rng.random() >= short_seq_prob else int(rng.integers(2, max_tokens + 1))
+    instances, chunk, length, i = [], [], 0, 0
+    while i < len(document):
+        chunk.append(document[i])
+        length += len(document[i])
+        if i == len(document) - 1 or length >= target:
+            if chunk:
+                random_next = len(documents) > 1 and rng.random() < 0.5
+                if len(chunk) == 1 and not random_next:
+                    # The original makes every one-sentence chunk random, which skews the 50/50
+                    # balance; here the following sentence serves as the real B when there is one.
+                    if i + 1 < len(document):
+                        i += 1
+                        chunk.append(document[i])
+                    else:  # a lone last sentence has no real B: skip it rather than skew
+                        chunk = []
+                split = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
+                a = [t for sentence in chunk[:split] for t in sentence]
+                if random_next:
+                    other = index
+                    while other == index:
+                        other = int(rng.integers(len(documents)))
+                    other_doc = documents[other]
+                    start = int(rng.integers(len(other_doc)))
+                    b = []
+                    for sentence in other_doc[start:]:
+                        b.extend(sentence)
+                        if len(b) >= target - len(a):
+                            break
+                else:
+                    b = [t for sentence in chunk[split:] for t in sentence]
+                if a and b:
+                    _truncate_pair(a, b, max_tokens, rng)
+                    instances.append(_pack(a, b, random_next, special, rng, masked_lm_prob,
+                                           max_predictions, whole_word))  # fmt: skip
+            chunk, length = [], 0
+        i += 1
+    return instances
+
+
+def _pack(a, b, random_next, special, rng, masked_lm_prob, max_predictions, whole_word):
+    ids = [special.cls] + [t for t, _ in a] + [special.sep] + [t for t, _ in b] + [special.sep]
+    starts = [True] + [s for _, s in a] + [True] + [s for _, s in b] + [True]
+    segments = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    corrupted, positions, labels = mask_tokens(ids, starts, special, rng, masked_lm_prob,
+                                               max_predictions, whole_word)  # fmt: skip
+    return Instance(corrupted, segments, random_next, positions, labels)
+
+
+@keras.saving.register_keras_serializable(package="keras_bert")
+class BertPretrainer(keras.Model):
+    """Encoder + masked-LM head (tied to the token embedding) + next-sentence head.
+
+    Inputs: the encoder's three inputs and `masked_lm_positions`, int32 (batch, predictions).
+    Outputs: `masked_lm` float32 (batch, predictions, vocab_size) logits at those positions and
+    `next_sentence` float32 (batch, 2) logits (0: B follows A, 1: B is random). The loss, set
+    in compile, is the sum of the two cross-entropies, the masked-LM one weighted by
+    `masked_lm_weights` (0 at padded prediction slots).
+    """
+
+    def __init__(self, encoder, **kwargs):
+        config = encoder.config
+        masked_lm = MaskedLMHead(encoder.embeddings.word_embeddings, config.hidden_act,
+                                 config.initializer_range, name="masked_lm")  # fmt: skip
+        next_sentence = NextSentenceHead(config.initializer_range, name="next_sentence")
+        inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in INPUT_NAMES}
+        inputs["masked_lm_positions"] = keras.Input(
+            (None,), dtype="int32", name="masked_lm_positions"
+        )
+        outputs = encoder({name: inputs[name] for name in INPUT_NAMES})
+        super().__init__(inputs=inputs, outputs={
+            "masked_lm": masked_lm(outputs["sequence_output"], inputs["masked_lm_positions"]),
+            "next_sentence": next_sentence(outputs["pooled_output"]),
+        }, **kwargs)  # fmt: skip
+        self.encoder = encoder
+        self.masked_lm = masked_lm
+        self.next_sentence = next_sentence
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable,
+                "encoder": keras.saving.serialize_keras_object(self.encoder)}  # fmt: skip
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+        return cls(**config)
+
+
+def replacement_ids(vocabulary):
+    """Ids a random replacement may take: everything but bracketed special tokens."""
+    return tuple(i for i, t in enumerate(vocabulary) if not (t.startswith("[") and t.endswith("]")))
+
+
+def special_ids(tokenizer):
+    if "[MASK]" not in tokenizer.vocabulary:
+        raise ValueError("the vocabulary has no [MASK] token (needed for masked-LM pre-training)")
+    return SpecialIds(tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id,
+                      len(tokenizer.vocabulary), replacement_ids(tokenizer.vocabulary))  # fmt: skip
+
+
+def random_state(seed):
+    return np.random.default_rng(seed)

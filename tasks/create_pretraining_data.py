@@ -1,0 +1,220 @@
+"""Turns plain-text documents into BERT pre-training TFRecords (masked LM + next sentence).
+
+    python -m tasks.create_pretraining_data --input_file=corpus/*.txt --output_file=data/pretrain \\
+        --vocab_file=vocab.txt --do_lower_case --max_seq_length=128 --dupe_factor=10
+
+Takes the original create_pretraining_data.py flags under their original names. Input:
+--input_format=lines is the original format (one sentence per line, a blank line between
+documents); --input_format=text is prose that is not sentence-split (blank lines separate
+paragraphs; each paragraph is a document, split into sentences here). Files are decoded with
+--input_encoding (utf-8 by default; latin-1 for such files); with --encoding_errors=strict an
+undecodable byte stops the run naming the file, with =replace it becomes U+FFFD. Windows line
+endings are read as line ends. Instances are written, shuffled, round-robin across the
+--num_output_shards shards `<output_file>-00000-of-0000N.tfrecord`; each shard is written under a
+temporary name and renamed when complete. The same seed gives the same bytes, whatever
+--num_workers is.
+
+Schema (tf.train.Example, int64 unless said; lengths padded with 0):
+  input_ids, input_mask, segment_ids: [max_seq_length]
+  masked_lm_positions, masked_lm_ids: [max_predictions_per_seq]
+  masked_lm_weights: float [max_predictions_per_seq], 1.0 for real predictions
+  next_sentence_labels: [1], 0 = B follows A, 1 = B is random
+"""
+
+import glob
+import multiprocessing
+import os
+import re
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+
+from keras_bert import pretraining
+from keras_bert.tokenizer import BertTokenizer
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("input_file", None, "Comma-separated input files or globs.")
+flags.DEFINE_string("output_file", None, "Output prefix; shards get -NNNNN-of-NNNNN.tfrecord.")
+flags.DEFINE_string("vocab_file", None, "vocab.txt of the model to pre-train.")
+flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased models).")
+flags.DEFINE_bool("do_whole_word_mask", False, "Mask all pieces of a word together.")
+flags.DEFINE_integer("max_seq_length", 128, "Maximum packed sequence length.")
+flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum masked-LM predictions per sequence.")
+flags.DEFINE_integer("random_seed", 12345, "Seed; the same seed gives the same output.")
+flags.DEFINE_integer("dupe_factor", 10, "Passes over the input, each with different masks.")
+flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens chosen for prediction.")
+flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
+flags.DEFINE_enum(
+    "input_format",
+    "lines",
+    ["lines", "text"],
+    "lines: one sentence per line, "
+    "blank line between documents. text: prose; paragraphs are documents.",
+)
+flags.DEFINE_string("input_encoding", "utf-8", "Encoding of the input files.")
+flags.DEFINE_enum(
+    "encoding_errors",
+    "strict",
+    ["strict", "replace"],
+    "What an undecodable byte does: stop with the file and offset, or become U+FFFD.",
+)
+flags.DEFINE_integer("num_output_shards", 1, "TFRecord shards to write.")
+flags.DEFINE_integer("num_workers", 1, "Processes building instances in parallel.")
+
+# A sentence ends at . ! or ? (and closing quotes/brackets) followed by white space and an
+# upper-case letter, a digit or an opening quote; common abbreviations do not end one.
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+_ABBREVIATION = re.compile(r"\b(Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|e\.g|i\.e|No|Vol|Ch)\.$")
+
+
+def split_sentences(paragraph):
+    sentences, start = [], 0
+    for match in _SENTENCE_END.finditer(paragraph):
+        candidate = paragraph[start : match.start()]
+        if _ABBREVIATION.search(candidate):
+            continue
+        sentences.append(paragraph[start : match.end()].strip())
+        start = match.end()
+    sentences.append(paragraph[start:].strip())
+    return [s for s in sentences if s]
+
+
+def read_documents(path):
+    """A file's documents, each a list of sentence strings (empty documents dropped)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode(FLAGS.input_encoding, errors=FLAGS.encoding_errors)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: byte {e.start} is not valid {FLAGS.input_encoding}; pass "
+                         "--input_encoding or --encoding_errors=replace") from None  # fmt: skip
+    blocks = re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n"))
+    if FLAGS.input_format == "lines":
+        documents = [
+            [line.strip() for line in block.split("\n") if line.strip()] for block in blocks
+        ]
+    else:
+        documents = [split_sentences(" ".join(block.split())) for block in blocks]
+    return [d for d in documents if d]
+
+
+def input_files(spec):
+    files = []
+    for pattern in spec.split(","):
+        matches = sorted(glob.glob(pattern.strip()))
+        if not matches:
+            raise FileNotFoundError(f"no input file matches {pattern.strip()!r}")
+        files.extend(matches)
+    return files
+
+
+def tokenize_documents(documents, tokenizer):
+    """Documents of sentence strings -> documents of sentences of (id, starts_word) pairs."""
+    sentences = [s for d in documents for s in d]
+    ids = tokenizer(tf.constant(sentences)).to_list() if sentences else []
+    vocabulary = tokenizer.vocabulary
+    tokenized, k = [], 0
+    for document in documents:
+        doc = []
+        for _ in document:
+            if ids[k]:
+                doc.append([(i, not vocabulary[i].startswith("##")) for i in ids[k]])
+            k += 1
+        if doc:
+            tokenized.append(doc)
+    return tokenized
+
+
+def _build(args):
+    """Instances of one dupe pass over the documents (a worker's unit of work)."""
+    documents, special, dupe, settings = args
+    rng = np.random.default_rng([settings["seed"], dupe])
+    instances = []
+    for index in range(len(documents)):
+        instances.extend(pretraining.instances_from_document(documents, index, special, rng,
+                                                              **settings["instance"]))  # fmt: skip
+    return instances
+
+
+def to_example(instance, max_seq_length, max_predictions):
+    def pad(values, length):
+        return list(values) + [0] * (length - len(values))
+
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+    n = len(instance.masked_lm_positions)
+    features = {
+        "input_ids": ints(pad(instance.input_ids, max_seq_length)),
+        "input_mask": ints(pad([1] * len(instance.input_ids), max_seq_length)),
+        "segment_ids": ints(pad(instance.segment_ids, max_seq_length)),
+        "masked_lm_positions": ints(pad(instance.masked_lm_positions, max_predictions)),
+        "masked_lm_ids": ints(pad(instance.masked_lm_ids, max_predictions)),
+        "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(
+            value=[1.0] * n + [0.0] * (max_predictions - n))),
+        "next_sentence_labels": ints([int(instance.is_random_next)]),
+    }  # fmt: skip
+    return tf.train.Example(features=tf.train.Features(feature=features))
+
+
+def write_shards(instances, prefix, num_shards, max_seq_length, max_predictions):
+    folder = os.path.dirname(prefix) or "."
+    os.makedirs(folder, exist_ok=True)
+    paths = [f"{prefix}-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
+    tmps = [f"{p}.tmp-{os.getpid()}" for p in paths]
+    writers = [tf.io.TFRecordWriter(t) for t in tmps]
+    for k, instance in enumerate(instances):
+        example = to_example(instance, max_seq_length, max_predictions)
+        writers[k % num_shards].write(example.SerializeToString())
+    for writer, tmp, path in zip(writers, tmps, paths):
+        writer.close()
+        os.replace(tmp, path)
+    return paths
+
+
+def create(files, tokenizer):
+    special = pretraining.special_ids(tokenizer)
+    documents = []
+    progress = keras.utils.Progbar(len(files), unit_name="file")
+    for path in files:
+        documents.extend(tokenize_documents(read_documents(path), tokenizer))
+        progress.add(1)
+    if not documents:
+        raise ValueError(f"no text in {', '.join(files)}")
+    settings = {"seed": FLAGS.random_seed, "instance": dict(
+        max_seq_length=FLAGS.max_seq_length, short_seq_prob=FLAGS.short_seq_prob,
+        masked_lm_prob=FLAGS.masked_lm_prob, max_predictions=FLAGS.max_predictions_per_seq,
+        whole_word=FLAGS.do_whole_word_mask)}  # fmt: skip
+    work = [(documents, special, dupe, settings) for dupe in range(FLAGS.dupe_factor)]
+    instances = []
+    progress = keras.utils.Progbar(FLAGS.dupe_factor, unit_name="pass")
+    if FLAGS.num_workers > 1:
+        with multiprocessing.get_context("spawn").Pool(FLAGS.num_workers) as pool:
+            for result in pool.imap(_build, work):  # in order: deterministic output
+                instances.extend(result)
+                progress.add(1)
+    else:
+        for item in work:
+            instances.extend(_build(item))
+            progress.add(1)
+    order = np.random.default_rng(FLAGS.random_seed).permutation(len(instances))
+    return [instances[i] for i in order]
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    for name in ("input_file", "output_file", "vocab_file"):
+        if not getattr(FLAGS, name):
+            raise app.UsageError(f"--{name} is required")
+    tokenizer = BertTokenizer(FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case)
+    instances = create(input_files(FLAGS.input_file), tokenizer)
+    paths = write_shards(instances, FLAGS.output_file, FLAGS.num_output_shards,
+                         FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)  # fmt: skip
+    logging.info("wrote %d instances to %s", len(instances), ", ".join(paths))
+
+
+if __name__ == "__main__":
+    app.run(main)

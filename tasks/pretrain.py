@@ -1,0 +1,163 @@
+"""Pre-trains BERT (masked LM + next sentence) with model.fit, from create_pretraining_data files.
+
+    python -m tasks.pretrain --input_file='data/pretrain-*.tfrecord' --output_dir=runs/pretrain \\
+        --init_checkpoint=path/to/checkpoint --num_train_steps=10000 --mixed_precision=bfloat16
+
+Starts from --init_checkpoint (any layout the library loads; its heads are used when it has
+them) or, with --bert_config_file and --vocab_file, from random weights. Uses the strategy,
+mixed-precision and seed flags of the fine-tuning binaries. Training state is backed up every
+--save_checkpoints_steps steps; a killed run resumes when started again. The result is written
+to <output_dir>/google and <output_dir>/huggingface with both heads, ready for
+BertEncoder.from_checkpoint and every task's --init_checkpoint.
+"""
+
+import glob
+import os
+
+import keras
+import tensorflow as tf
+from absl import app, flags, logging
+
+from keras_bert import BertConfig, BertEncoder, checkpoints, optimization, pretraining
+from keras_bert.tokenizer import read_vocabulary
+from tasks import common
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("input_file", None, "Comma-separated TFRecord files or globs.")
+flags.DEFINE_string("bert_config_file", None, "Config of a model trained from scratch.")
+flags.DEFINE_string("vocab_file", None, "vocab.txt of a model trained from scratch.")
+flags.DEFINE_integer("num_train_steps", 1000, "Optimizer steps.")
+flags.DEFINE_integer("num_warmup_steps", 100, "Linear warmup steps.")
+flags.DEFINE_integer("steps_per_loop", 100, "Steps between logs (a Keras 'epoch').")
+flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "LAMB suits very large batches.")
+flags.DEFINE_integer("gradient_accumulation_steps", 1, "Batches whose gradients are summed "
+                     "per optimizer step.")  # fmt: skip
+flags.adopt_module_key_flags(common)
+
+FEATURES = {
+    "input_ids": "input_word_ids",
+    "input_mask": "input_mask",
+    "segment_ids": "input_type_ids",
+    "masked_lm_positions": "masked_lm_positions",
+}
+
+
+def pretraining_dataset(files, batch_size, seq_length, predictions):
+    spec = {name: tf.io.FixedLenFeature([seq_length], tf.int64)
+            for name in ("input_ids", "input_mask", "segment_ids")}  # fmt: skip
+    spec.update({name: tf.io.FixedLenFeature([predictions], tf.int64)
+                 for name in ("masked_lm_positions", "masked_lm_ids")})  # fmt: skip
+    spec["masked_lm_weights"] = tf.io.FixedLenFeature([predictions], tf.float32)
+    spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
+
+    def to_inputs(serialized):
+        batch = tf.io.parse_example(serialized, spec)
+        # Records are padded to max_seq_length; drop the columns no sequence of this batch uses.
+        length = tf.reduce_max(tf.reduce_sum(batch["input_mask"], axis=1))
+        x = {ours: tf.cast(batch[theirs], tf.int32) for theirs, ours in FEATURES.items()}
+        for name in ("input_word_ids", "input_mask", "input_type_ids"):
+            x[name] = x[name][:, :length]
+        y = {"masked_lm": tf.cast(batch["masked_lm_ids"], tf.int32),
+             "next_sentence": tf.cast(batch["next_sentence_labels"][:, 0], tf.int32)}  # fmt: skip
+        weights = {"masked_lm": batch["masked_lm_weights"],
+                   "next_sentence": tf.ones_like(batch["masked_lm_weights"][:, 0])}  # fmt: skip
+        return x, y, weights
+
+    dataset = tf.data.Dataset.from_tensor_slices(files).interleave(
+        tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    dataset = (
+        dataset.shuffle(10_000, seed=FLAGS.seed).repeat().batch(batch_size, drop_remainder=True)
+    )
+    return dataset.map(to_inputs, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def record_shape(path):
+    example = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(path))).numpy())
+    features = example.features.feature
+    return len(features["input_ids"].int64_list.value), len(
+        features["masked_lm_ids"].int64_list.value
+    )
+
+
+def build_pretrainer():
+    """The pretrainer, its vocabulary file and lower-casing; call inside the strategy scope."""
+    if FLAGS.init_checkpoint:
+        ckpt = checkpoints.load_checkpoint(FLAGS.init_checkpoint, FLAGS.do_lower_case)
+        model = pretraining.BertPretrainer(ckpt.encoder)
+        for ours, theirs in (
+            (model.masked_lm, ckpt.masked_lm),
+            (model.next_sentence, ckpt.next_sentence),
+        ):
+            if theirs is not None:
+                ours.set_weights(theirs.get_weights())
+        return model, ckpt.vocab_file, ckpt.do_lower_case
+    if not (FLAGS.bert_config_file and FLAGS.vocab_file):
+        raise app.UsageError("pass --init_checkpoint, or --bert_config_file and --vocab_file")
+    config = BertConfig.from_json_file(FLAGS.bert_config_file)
+    if len(read_vocabulary(FLAGS.vocab_file)) > config.vocab_size:
+        raise ValueError(f"{FLAGS.vocab_file} has more tokens than vocab_size={config.vocab_size}")
+    encoder = BertEncoder(**config.to_dict())
+    return pretraining.BertPretrainer(encoder), FLAGS.vocab_file, FLAGS.do_lower_case is not False
+
+
+def create_optimizer():
+    schedule = optimization.WarmupLinearDecay(FLAGS.learning_rate, FLAGS.num_train_steps,
+                                              FLAGS.num_warmup_steps)  # fmt: skip
+    accumulate = (
+        FLAGS.gradient_accumulation_steps if FLAGS.gradient_accumulation_steps > 1 else None
+    )
+    if FLAGS.optimizer == "lamb":
+        optimizer = keras.optimizers.Lamb(schedule, epsilon=1e-6, global_clipnorm=FLAGS.clip_norm,
+                                          gradient_accumulation_steps=accumulate)  # fmt: skip
+    else:
+        optimizer = optimization.create_optimizer(
+            FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps,
+            weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm)  # fmt: skip
+        optimizer.gradient_accumulation_steps = accumulate
+    return (
+        keras.optimizers.LossScaleOptimizer(optimizer)
+        if FLAGS.mixed_precision == "float16"
+        else optimizer
+    )
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not FLAGS.input_file:
+        raise app.UsageError("--input_file is required (files from tasks.create_pretraining_data)")
+    files = sorted(f for pattern in FLAGS.input_file.split(",") for f in glob.glob(pattern))
+    if not files:
+        raise FileNotFoundError(f"no file matches --input_file={FLAGS.input_file}")
+    output_dir = FLAGS.output_dir or os.path.join("runs", "pretrain")
+    strategy = common.create_strategy()
+    with strategy.scope():
+        model, vocab_file, lower_case = build_pretrainer()
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        model.compile(create_optimizer(), loss={"masked_lm": loss, "next_sentence": loss},
+                      weighted_metrics={"masked_lm": [keras.metrics.SparseCategoricalAccuracy("accuracy")],
+                                        "next_sentence": [keras.metrics.SparseCategoricalAccuracy("accuracy")]})  # fmt: skip
+    seq_length, predictions = record_shape(files[0])
+    dataset = pretraining_dataset(files, FLAGS.train_batch_size, seq_length, predictions)
+    backup = os.path.join(common.run_dir_of(strategy, output_dir), "backup")
+    os.makedirs(backup, exist_ok=True)
+    callbacks = [keras.callbacks.BackupAndRestore(backup, FLAGS.save_checkpoints_steps or "epoch",
+                                                  delete_checkpoint=False)]  # fmt: skip
+    if common.is_chief(strategy):
+        callbacks.insert(0, keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")))
+    steps = FLAGS.steps_per_loop * max(1, FLAGS.gradient_accumulation_steps)
+    epochs = max(1, FLAGS.num_train_steps * max(1, FLAGS.gradient_accumulation_steps) // steps)
+    history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks,
+                        verbose=1 if common.is_chief(strategy) else 2)  # fmt: skip
+    result = checkpoints.BertCheckpoint(model.encoder, vocab_file, lower_case, model.masked_lm,
+                                        model.next_sentence)  # fmt: skip
+    target = common.run_dir_of(strategy, output_dir)
+    for fmt in (checkpoints.GOOGLE, checkpoints.HUGGING_FACE):
+        checkpoints.save_checkpoint(result, os.path.join(target, fmt), fmt)
+    common.write_json(os.path.join(target, "history.json"), history.history)
+    logging.info("final metrics: %s", {k: v[-1] for k, v in history.history.items()})
+
+
+if __name__ == "__main__":
+    app.run(main)

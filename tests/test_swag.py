@@ -1,0 +1,51 @@
+import os
+
+import pytest
+import tensorflow as tf
+
+from tasks import swag
+from keras_bert.tokenizer import BertTokenizer
+
+from conftest import DATA
+
+HEADER = (
+    "video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label"
+)
+
+
+def test_reads_jsonl_and_csv(tmp_path):
+    jsonl = swag.read_swag(os.path.join(DATA, "swag_sample.jsonl"))
+    assert len(jsonl) == 10 and jsonl.labels.tolist()[0] == 0
+    assert jsonl.texts["endings"][0][0].startswith(jsonl.texts["endings"][0][0].split()[0])
+    csv_file = tmp_path / "val.csv"
+    csv_file.write_text(
+        HEADER + '\nv1,7,x,A man sits.,He,gold,eats.,sleeps.,runs.,"flies, high.",3\n'
+    )
+    split = swag.read_swag(str(csv_file))
+    assert split.texts["context"] == ["A man sits."]
+    assert split.texts["endings"] == [["He eats.", "He sleeps.", "He runs.", "He flies, high."]]
+    assert split.labels.tolist() == [3] and split.ids == ["7"]
+
+
+def test_bad_rows_name_file_and_line(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(HEADER + "\nv1,7,x,A man sits.,He,gold,eats.,sleeps.,runs.,flies.,5\n")
+    with pytest.raises(ValueError, match=r"bad\.csv:2: label '5' is not 0, 1, 2 or 3"):
+        swag.read_swag(str(bad))
+    short = tmp_path / "short.jsonl"
+    short.write_text('{"sent1": "a", "sent2": "b", "ending0": "c", "label": 0}\n')
+    with pytest.raises(ValueError, match=r"short\.jsonl:1: missing ending1, ending2, ending3"):
+        swag.read_swag(str(short))
+    with pytest.raises(FileNotFoundError):
+        swag.read_swag(str(tmp_path / "none.csv"))
+
+
+def test_each_choice_is_packed_with_the_context(minilm_dir):
+    tokenizer = BertTokenizer.from_checkpoint(minilm_dir)
+    preprocess = swag.choice_preprocessor(tokenizer, 16)
+    inputs = preprocess({"context": tf.constant(["a cat"]),
+                         "endings": tf.constant([["it sat", "it ran", "dogs", "birds fly"]])})  # fmt: skip
+    assert inputs["input_word_ids"].shape[:2] == (1, 4)
+    words = [tokenizer.vocabulary[i] for i in inputs["input_word_ids"][0, 3].numpy() if i]
+    assert words == ["[CLS]", "a", "cat", "[SEP]", "birds", "fly", "[SEP]"]
+    assert inputs["input_type_ids"][0, 3].numpy().tolist()[:7] == [0, 0, 0, 0, 1, 1, 1]
