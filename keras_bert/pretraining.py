@@ -9,9 +9,9 @@ chosen together.
 
 Two deliberate differences keep the next-sentence classes at 50/50 (the original skews towards
 random pairs, about 60/40 on short documents): a one-sentence chunk takes the following sentence
-as its real B (a document's lone last sentence is skipped), rather than always becoming a
-random pair; and the sentences a random pair leaves unused are not put back to start another
-instance.
+as its real B rather than always becoming a random pair (a document's lone last sentence,
+which has no real B, makes no instance); and the sentences a random pair leaves unused are not
+put back to start another instance.
 """
 
 import dataclasses
@@ -108,16 +108,15 @@ def instances_from_document(documents, index, special, rng, max_seq_length=128,
         chunk.append(document[i])
         length += len(document[i])
         if i == len(document) - 1 or length >= target:
+            if len(chunk) == 1 and i + 1 == len(document):
+                chunk = []  # a lone last sentence has no real B; a random B alone would skew
             if chunk:
                 random_next = len(documents) > 1 and rng.random() < 0.5
                 if len(chunk) == 1 and not random_next:
                     # The original makes every one-sentence chunk random, which skews the 50/50
-                    # balance; here the following sentence serves as the real B when there is one.
-                    if i + 1 < len(document):
-                        i += 1
-                        chunk.append(document[i])
-                    else:  # a lone last sentence has no real B: skip it rather than skew
-                        chunk = []
+                    # balance; here the following sentence serves as the real B.
+                    i += 1
+                    chunk.append(document[i])
                 split = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
                 a = [t for sentence in chunk[:split] for t in sentence]
                 if random_next:

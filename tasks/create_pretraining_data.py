@@ -21,10 +21,8 @@ Schema (tf.train.Example, int64 unless said; lengths padded with 0):
   next_sentence_labels: [1], 0 = B follows A, 1 = B is random
 """
 
-import glob
 import multiprocessing
 import os
-import re
 
 import keras
 import numpy as np
@@ -33,6 +31,7 @@ from absl import app, flags, logging
 
 from keras_bert import pretraining
 from keras_bert.tokenizer import BertTokenizer
+from tasks import pretraining_text
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input_file", None, "Comma-separated input files or globs.")
@@ -63,69 +62,6 @@ flags.DEFINE_enum(
 flags.DEFINE_integer("num_output_shards", 1, "TFRecord shards to write.")
 flags.DEFINE_integer("num_workers", 1, "Processes building instances in parallel.")
 
-# A sentence ends at . ! or ? (and closing quotes/brackets) followed by white space and an
-# upper-case letter, a digit or an opening quote; common abbreviations do not end one.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
-_ABBREVIATION = re.compile(r"\b(Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|e\.g|i\.e|No|Vol|Ch)\.$")
-
-
-def split_sentences(paragraph):
-    sentences, start = [], 0
-    for match in _SENTENCE_END.finditer(paragraph):
-        candidate = paragraph[start : match.start()]
-        if _ABBREVIATION.search(candidate):
-            continue
-        sentences.append(paragraph[start : match.end()].strip())
-        start = match.end()
-    sentences.append(paragraph[start:].strip())
-    return [s for s in sentences if s]
-
-
-def read_documents(path):
-    """A file's documents, each a list of sentence strings (empty documents dropped)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode(FLAGS.input_encoding, errors=FLAGS.encoding_errors)
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: byte {e.start} is not valid {FLAGS.input_encoding}; pass "
-                         "--input_encoding or --encoding_errors=replace") from None  # fmt: skip
-    blocks = re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n"))
-    if FLAGS.input_format == "lines":
-        documents = [
-            [line.strip() for line in block.split("\n") if line.strip()] for block in blocks
-        ]
-    else:
-        documents = [split_sentences(" ".join(block.split())) for block in blocks]
-    return [d for d in documents if d]
-
-
-def input_files(spec):
-    files = []
-    for pattern in spec.split(","):
-        matches = sorted(glob.glob(pattern.strip()))
-        if not matches:
-            raise FileNotFoundError(f"no input file matches {pattern.strip()!r}")
-        files.extend(matches)
-    return files
-
-
-def tokenize_documents(documents, tokenizer):
-    """Documents of sentence strings -> documents of sentences of (id, starts_word) pairs."""
-    sentences = [s for d in documents for s in d]
-    ids = tokenizer(tf.constant(sentences)).to_list() if sentences else []
-    vocabulary = tokenizer.vocabulary
-    tokenized, k = [], 0
-    for document in documents:
-        doc = []
-        for _ in document:
-            if ids[k]:
-                doc.append([(i, not vocabulary[i].startswith("##")) for i in ids[k]])
-            k += 1
-        if doc:
-            tokenized.append(doc)
-    return tokenized
-
 
 def _build(args):
     """Instances of one dupe pass over the documents (a worker's unit of work)."""
@@ -139,24 +75,15 @@ def _build(args):
 
 
 def to_example(instance, max_seq_length, max_predictions):
-    def pad(values, length):
-        return list(values) + [0] * (length - len(values))
+    features = pretraining_text.padded_features(instance, max_seq_length, max_predictions)
 
-    def ints(values):
+    def feature(values):
+        if values.dtype.kind == "f":
+            return tf.train.Feature(float_list=tf.train.FloatList(value=values))
         return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
 
-    n = len(instance.masked_lm_positions)
-    features = {
-        "input_ids": ints(pad(instance.input_ids, max_seq_length)),
-        "input_mask": ints(pad([1] * len(instance.input_ids), max_seq_length)),
-        "segment_ids": ints(pad(instance.segment_ids, max_seq_length)),
-        "masked_lm_positions": ints(pad(instance.masked_lm_positions, max_predictions)),
-        "masked_lm_ids": ints(pad(instance.masked_lm_ids, max_predictions)),
-        "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(
-            value=[1.0] * n + [0.0] * (max_predictions - n))),
-        "next_sentence_labels": ints([int(instance.is_random_next)]),
-    }  # fmt: skip
-    return tf.train.Example(features=tf.train.Features(feature=features))
+    return tf.train.Example(features=tf.train.Features(
+        feature={name: feature(values) for name, values in features.items()}))  # fmt: skip
 
 
 def write_shards(instances, prefix, num_shards, max_seq_length, max_predictions):
@@ -179,7 +106,9 @@ def create(files, tokenizer):
     documents = []
     progress = keras.utils.Progbar(len(files), unit_name="file")
     for path in files:
-        documents.extend(tokenize_documents(read_documents(path), tokenizer))
+        text = pretraining_text.read_documents(path, FLAGS.input_format, FLAGS.input_encoding,
+                                               FLAGS.encoding_errors)  # fmt: skip
+        documents.extend(pretraining_text.tokenize_documents(text, tokenizer))
         progress.add(1)
     if not documents:
         raise ValueError(f"no text in {', '.join(files)}")
@@ -210,7 +139,7 @@ def main(argv):
         if not getattr(FLAGS, name):
             raise app.UsageError(f"--{name} is required")
     tokenizer = BertTokenizer(FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case)
-    instances = create(input_files(FLAGS.input_file), tokenizer)
+    instances = create(pretraining_text.input_files(FLAGS.input_file), tokenizer)
     paths = write_shards(instances, FLAGS.output_file, FLAGS.num_output_shards,
                          FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)  # fmt: skip
     logging.info("wrote %d instances to %s", len(instances), ", ".join(paths))

@@ -2,6 +2,7 @@
 
     python -m tasks.pretrain --input_file='data/pretrain-*.tfrecord' --output_dir=runs/pretrain \\
         --init_checkpoint=path/to/checkpoint --num_train_steps=10000 --mixed_precision=bfloat16
+    python -m tasks.pretrain --text_file='corpus/*.txt' --text_format=text ...   # streaming
 
 Starts from --init_checkpoint (any layout the library loads; its heads are used when it has
 them) or, with --bert_config_file and --vocab_file, from random weights. Uses the strategy,
@@ -11,7 +12,6 @@ to <output_dir>/google and <output_dir>/huggingface with both heads, ready for
 BertEncoder.from_checkpoint and every task's --init_checkpoint.
 """
 
-import glob
 import os
 
 import keras
@@ -19,11 +19,34 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertConfig, BertEncoder, checkpoints, optimization, pretraining
-from keras_bert.tokenizer import read_vocabulary
-from tasks import common
+from keras_bert.tokenizer import BertTokenizer, read_vocabulary
+from tasks import common, pretraining_text
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input_file", None, "Comma-separated TFRecord files or globs.")
+flags.DEFINE_string(
+    "input_file",
+    None,
+    "Comma-separated TFRecord files or globs (from tasks.create_pretraining_data).",
+)
+flags.DEFINE_string(
+    "text_file",
+    None,
+    "Instead of --input_file: comma-separated text files or "
+    "globs; instances are built on the fly, with new masks every pass.",
+)
+flags.DEFINE_enum(
+    "text_format",
+    "lines",
+    ["lines", "text"],
+    "Format of --text_file (see tasks.create_pretraining_data --input_format).",
+)
+flags.DEFINE_string("text_encoding", "utf-8", "Encoding of --text_file.")
+flags.DEFINE_integer(
+    "max_predictions_per_seq", 20, "Streaming: masked-LM predictions per sequence."
+)
+flags.DEFINE_float("masked_lm_prob", 0.15, "Streaming: fraction of tokens chosen for prediction.")
+flags.DEFINE_float("short_seq_prob", 0.1, "Streaming: probability of a shorter target length.")
+flags.DEFINE_bool("do_whole_word_mask", False, "Streaming: mask all pieces of a word together.")
 flags.DEFINE_string("bert_config_file", None, "Config of a model trained from scratch.")
 flags.DEFINE_string("vocab_file", None, "vocab.txt of a model trained from scratch.")
 flags.DEFINE_integer("num_train_steps", 1000, "Optimizer steps.")
@@ -42,34 +65,52 @@ FEATURES = {
 }
 
 
-def pretraining_dataset(files, batch_size, seq_length, predictions):
+def to_model_inputs(batch):
+    """A batch of schema features -> (inputs, labels, sample weights) for the pretrainer."""
+    # Sequences are padded to max_seq_length; drop the columns no sequence of this batch uses.
+    length = tf.reduce_max(tf.reduce_sum(batch["input_mask"], axis=1))
+    x = {ours: tf.cast(batch[theirs], tf.int32) for theirs, ours in FEATURES.items()}
+    for name in ("input_word_ids", "input_mask", "input_type_ids"):
+        x[name] = x[name][:, :length]
+    y = {"masked_lm": tf.cast(batch["masked_lm_ids"], tf.int32),
+         "next_sentence": tf.cast(batch["next_sentence_labels"][:, 0], tf.int32)}  # fmt: skip
+    weights = {"masked_lm": batch["masked_lm_weights"],
+               "next_sentence": tf.ones_like(batch["masked_lm_weights"][:, 0])}  # fmt: skip
+    return x, y, weights
+
+
+def record_dataset(files, seq_length, predictions):
     spec = {name: tf.io.FixedLenFeature([seq_length], tf.int64)
             for name in ("input_ids", "input_mask", "segment_ids")}  # fmt: skip
     spec.update({name: tf.io.FixedLenFeature([predictions], tf.int64)
                  for name in ("masked_lm_positions", "masked_lm_ids")})  # fmt: skip
     spec["masked_lm_weights"] = tf.io.FixedLenFeature([predictions], tf.float32)
     spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
-
-    def to_inputs(serialized):
-        batch = tf.io.parse_example(serialized, spec)
-        # Records are padded to max_seq_length; drop the columns no sequence of this batch uses.
-        length = tf.reduce_max(tf.reduce_sum(batch["input_mask"], axis=1))
-        x = {ours: tf.cast(batch[theirs], tf.int32) for theirs, ours in FEATURES.items()}
-        for name in ("input_word_ids", "input_mask", "input_type_ids"):
-            x[name] = x[name][:, :length]
-        y = {"masked_lm": tf.cast(batch["masked_lm_ids"], tf.int32),
-             "next_sentence": tf.cast(batch["next_sentence_labels"][:, 0], tf.int32)}  # fmt: skip
-        weights = {"masked_lm": batch["masked_lm_weights"],
-                   "next_sentence": tf.ones_like(batch["masked_lm_weights"][:, 0])}  # fmt: skip
-        return x, y, weights
-
     dataset = tf.data.Dataset.from_tensor_slices(files).interleave(
         tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
-    dataset = (
-        dataset.shuffle(10_000, seed=FLAGS.seed).repeat().batch(batch_size, drop_remainder=True)
+    return dataset.repeat().map(lambda record: tf.io.parse_single_example(record, spec))
+
+
+def streaming_dataset(tokenizer):
+    documents = []
+    for path in pretraining_text.input_files(FLAGS.text_file):
+        text = pretraining_text.read_documents(path, FLAGS.text_format, FLAGS.text_encoding)
+        documents.extend(pretraining_text.tokenize_documents(text, tokenizer))
+    if not documents:
+        raise ValueError(f"no text in --text_file={FLAGS.text_file}")
+    return pretraining_text.streaming_dataset(
+        documents, pretraining.special_ids(tokenizer), FLAGS.seed, FLAGS.max_seq_length,
+        FLAGS.max_predictions_per_seq, short_seq_prob=FLAGS.short_seq_prob,
+        masked_lm_prob=FLAGS.masked_lm_prob, whole_word=FLAGS.do_whole_word_mask)  # fmt: skip
+
+
+def training_dataset(examples):
+    examples = examples.shuffle(10_000, seed=FLAGS.seed)
+    batches = examples.batch(FLAGS.train_batch_size, drop_remainder=True)
+    return batches.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+        tf.data.AUTOTUNE
     )
-    return dataset.map(to_inputs, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
 def record_shape(path):
@@ -125,11 +166,8 @@ def create_optimizer():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    if not FLAGS.input_file:
-        raise app.UsageError("--input_file is required (files from tasks.create_pretraining_data)")
-    files = sorted(f for pattern in FLAGS.input_file.split(",") for f in glob.glob(pattern))
-    if not files:
-        raise FileNotFoundError(f"no file matches --input_file={FLAGS.input_file}")
+    if bool(FLAGS.input_file) == bool(FLAGS.text_file):
+        raise app.UsageError("pass --input_file (TFRecords) or --text_file (streaming), not both")
     output_dir = FLAGS.output_dir or os.path.join("runs", "pretrain")
     strategy = common.create_strategy()
     with strategy.scope():
@@ -138,8 +176,12 @@ def main(argv):
         model.compile(create_optimizer(), loss={"masked_lm": loss, "next_sentence": loss},
                       weighted_metrics={"masked_lm": [keras.metrics.SparseCategoricalAccuracy("accuracy")],
                                         "next_sentence": [keras.metrics.SparseCategoricalAccuracy("accuracy")]})  # fmt: skip
-    seq_length, predictions = record_shape(files[0])
-    dataset = pretraining_dataset(files, FLAGS.train_batch_size, seq_length, predictions)
+    if FLAGS.input_file:
+        files = pretraining_text.input_files(FLAGS.input_file)
+        examples = record_dataset(files, *record_shape(files[0]))
+    else:
+        examples = streaming_dataset(BertTokenizer(vocab_file, do_lower_case=lower_case))
+    dataset = training_dataset(examples)
     backup = os.path.join(common.run_dir_of(strategy, output_dir), "backup")
     os.makedirs(backup, exist_ok=True)
     callbacks = [keras.callbacks.BackupAndRestore(backup, FLAGS.save_checkpoints_steps or "epoch",

@@ -1,0 +1,110 @@
+"""The pre-training binary on real text: it learns, it resumes, its output loads everywhere."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from keras_bert import BertEncoder, checkpoints
+
+from conftest import DATA
+from test_distribute import free_ports
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = {"vocab_size": 30522, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "intermediate_size": 128, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+          "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 64,
+          "type_vocab_size": 2, "initializer_range": 0.02}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pretraining_data(tmp_path_factory, minilm_dir):
+    folder = tmp_path_factory.mktemp("pretraining_data")
+    result = subprocess.run(
+        [sys.executable, "-m", "tasks.create_pretraining_data",
+         f"--input_file={os.path.join(DATA, 'pretrain', 'persuasion_part.txt')}",
+         "--input_format=text", f"--output_file={folder / 'data'}",
+         f"--vocab_file={os.path.join(minilm_dir, 'vocab.txt')}", "--max_seq_length=64",
+         "--max_predictions_per_seq=10", "--dupe_factor=5"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (folder / "bert_config.json").write_text(json.dumps(CONFIG))
+    return folder
+
+
+def pretrain_command(data, minilm_dir, output_dir, *extra):
+    return [sys.executable, "-m", "tasks.pretrain", f"--input_file={data / 'data-*'}",
+            f"--bert_config_file={data / 'bert_config.json'}",
+            f"--vocab_file={os.path.join(minilm_dir, 'vocab.txt')}", f"--output_dir={output_dir}",
+            "--train_batch_size=32", "--learning_rate=1e-3", "--num_warmup_steps=20", *extra]  # fmt: skip
+
+
+def run(command, env=None):
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900,
+                            env={**os.environ, **(env or {})})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.slow
+def test_small_model_learns_and_its_checkpoints_load(tmp_path, pretraining_data, minilm_dir):
+    run(pretrain_command(pretraining_data, minilm_dir, tmp_path, "--num_train_steps=300",
+                         "--steps_per_loop=50", "--mixed_precision=bfloat16"))  # fmt: skip
+    history = json.loads((tmp_path / "history.json").read_text())
+    mlm, nsp = history["masked_lm_accuracy"], history["next_sentence_accuracy"]
+    assert len(mlm) == 6
+    assert mlm[-1] > 0.12 and mlm[-1] > 2 * mlm[0]  # predicts far more than at the start
+    assert nsp[-1] > 0.6  # chance is 0.5
+    for fmt in ("google", "huggingface"):
+        loaded = checkpoints.load_checkpoint(str(tmp_path / fmt))
+        assert loaded.masked_lm is not None and loaded.next_sentence is not None
+        assert loaded.encoder.config.hidden_size == 64
+    a = BertEncoder.from_checkpoint(str(tmp_path / "google")).weights
+    b = BertEncoder.from_checkpoint(str(tmp_path / "huggingface")).weights
+    for wa, wb in zip(a, b):
+        np.testing.assert_array_equal(wa.numpy(), wb.numpy())
+
+
+@pytest.mark.slow
+def test_killed_pretraining_resumes(tmp_path, pretraining_data, minilm_dir):
+    command = pretrain_command(pretraining_data, minilm_dir, tmp_path, "--num_train_steps=400",
+                               "--steps_per_loop=20", "--save_checkpoints_steps=10")  # fmt: skip
+    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    metadata = tmp_path / "backup" / "training_metadata.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and first.poll() is None:
+        if metadata.exists() and json.loads(metadata.read_text() or "{}").get("epoch", 0) >= 2:
+            break
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert first.returncode == -signal.SIGKILL
+    result = run(command)
+    epochs = [int(line.split()[1].split("/")[0]) for line in result.stdout.splitlines()
+              if line.startswith("Epoch ")]  # fmt: skip
+    assert epochs[0] >= 3 and epochs[-1] == 20
+
+
+@pytest.mark.slow
+def test_two_workers_pretrain_to_identical_weights(tmp_path, pretraining_data, minilm_dir):
+    ports = free_ports(2)
+    cluster = {"worker": [f"localhost:{p}" for p in ports]}
+    command = pretrain_command(pretraining_data, minilm_dir, tmp_path, "--strategy=multi_worker",
+                               "--num_train_steps=20", "--steps_per_loop=10")  # fmt: skip
+    workers = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env={**os.environ, "TF_CONFIG": json.dumps(
+                                    {"cluster": cluster, "task": {"type": "worker", "index": i}})})
+               for i in range(2)]  # fmt: skip
+    for worker in workers:
+        _, stderr = worker.communicate(timeout=600)
+        assert worker.returncode == 0, stderr[-3000:]
+    chief = checkpoints.load_checkpoint(str(tmp_path / "huggingface"))
+    other = checkpoints.load_checkpoint(str(tmp_path / "worker_1" / "huggingface"))
+    for a, b in zip(chief.encoder.weights + chief.masked_lm.weights,
+                    other.encoder.weights + other.masked_lm.weights):  # fmt: skip
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
