@@ -101,18 +101,24 @@ def padded_features(instance, max_seq_length, max_predictions):
     }
 
 
+def passes(documents, special, seed, **settings):
+    """Yields, pass after pass forever, the list of instances of one pass over the documents in
+    a new random order, with new pairs and masks (the recipe of the offline files)."""
+    for number in range(2**62):
+        rng = np.random.default_rng([seed, number])
+        yield [instance for index in rng.permutation(len(documents))
+               for instance in pretraining.instances_from_document(
+                   documents, int(index), special, rng, **settings)]  # fmt: skip
+
+
 def streaming_dataset(documents, special, seed, max_seq_length, max_predictions, **settings):
-    """Instances built on the fly from tokenized documents, with new masks and pairs each pass
-    (the same recipe as the offline files). Yields padded feature dicts, forever."""
+    """A tf.data pipeline of padded feature dicts from `passes`, built on the fly."""
 
     def generate():
-        for epoch in range(2**62):
-            rng = np.random.default_rng([seed, epoch])
-            for index in rng.permutation(len(documents)):
-                for instance in pretraining.instances_from_document(
-                    documents, int(index), special, rng, max_seq_length=max_seq_length,
-                    max_predictions=max_predictions, **settings):  # fmt: skip
-                    yield padded_features(instance, max_seq_length, max_predictions)
+        for instances in passes(documents, special, seed, max_seq_length=max_seq_length,
+                                max_predictions=max_predictions, **settings):  # fmt: skip
+            for instance in instances:
+                yield padded_features(instance, max_seq_length, max_predictions)
 
     lengths = {"masked_lm_positions": max_predictions, "masked_lm_ids": max_predictions,
                "masked_lm_weights": max_predictions, "next_sentence_labels": 1}  # fmt: skip

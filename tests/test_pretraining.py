@@ -195,11 +195,29 @@ def test_encodings_line_endings_and_bad_input(tmp_path, minilm_dir):
     assert result.returncode != 0 and "no input file matches" in result.stderr
 
 
-def test_crlf_text_is_split_into_sentences(flags_parsed):
-    from tasks import create_pretraining_data as create
+def test_crlf_text_is_split_into_sentences():
+    from tasks import pretraining_text
 
-    flags_parsed.input_format = "text"
-    documents = create.read_documents(os.path.join(PRETRAIN, "moby_crlf_part.txt"))
-    assert not any("\r" in s for d in documents for s in d)
-    assert create.split_sentences("Mr. Smith came. He sat down! Did he? Yes.") == [
+    documents = pretraining_text.read_documents(
+        os.path.join(PRETRAIN, "moby_crlf_part.txt"), "text"
+    )
+    assert len(documents) > 10 and not any("\r" in s for d in documents for s in d)
+    assert pretraining_text.split_sentences("Mr. Smith came. He sat down! Did he? Yes.") == [
         "Mr. Smith came.", "He sat down!", "Did he?", "Yes."]  # fmt: skip
+
+
+def test_streaming_gives_new_masks_every_pass():
+    from tasks import pretraining_text
+
+    documents = synthetic_documents(seed=8, count=6)
+    stream = pretraining_text.passes(documents, SPECIAL, seed=3, max_seq_length=64,
+                                     max_predictions=10)  # fmt: skip
+    first, second = next(stream), next(stream)
+    assert first and second and first != second
+    again = next(pretraining_text.passes(documents, SPECIAL, seed=3, max_seq_length=64,
+                                         max_predictions=10))  # fmt: skip
+    assert again == first  # deterministic for a seed
+    dataset = pretraining_text.streaming_dataset(documents, SPECIAL, 3, 64, 10)
+    example = next(dataset.as_numpy_iterator())
+    assert example["input_ids"].shape == (64,) and example["masked_lm_ids"].shape == (10,)
+    assert example["input_ids"].tolist()[: len(first[0].input_ids)] == first[0].input_ids
