@@ -94,7 +94,7 @@ def write_shards(instances, prefix, num_shards, max_seq_length, max_predictions)
     writers = [tf.io.TFRecordWriter(t) for t in tmps]
     for k, instance in enumerate(instances):
         example = to_example(instance, max_seq_length, max_predictions)
-        writers[k % num_shards].write(example.SerializeToString())
+        writers[k % num_shards].write(example.SerializeToString(deterministic=True))
     for writer, tmp, path in zip(writers, tmps, paths):
         writer.close()
         os.replace(tmp, path)
