@@ -176,12 +176,19 @@ def main(argv):
         model.compile(create_optimizer(), loss={"masked_lm": loss, "next_sentence": loss},
                       weighted_metrics={"masked_lm": [keras.metrics.SparseCategoricalAccuracy("accuracy")],
                                         "next_sentence": [keras.metrics.SparseCategoricalAccuracy("accuracy")]})  # fmt: skip
+    # Workers split the record files between them when there are enough; otherwise each
+    # reads everything and keeps its share of the examples.
+    sharding = tf.data.experimental.AutoShardPolicy.DATA
     if FLAGS.input_file:
         files = pretraining_text.input_files(FLAGS.input_file)
         examples = record_dataset(files, *record_shape(files[0]))
+        if len(files) >= strategy.num_replicas_in_sync:
+            sharding = tf.data.experimental.AutoShardPolicy.FILE
     else:
         examples = streaming_dataset(BertTokenizer(vocab_file, do_lower_case=lower_case))
-    dataset = training_dataset(examples)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = sharding
+    dataset = training_dataset(examples).with_options(options)
     backup = os.path.join(common.run_dir_of(strategy, output_dir), "backup")
     os.makedirs(backup, exist_ok=True)
     callbacks = [keras.callbacks.BackupAndRestore(backup, FLAGS.save_checkpoints_steps or "epoch",
