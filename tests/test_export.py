@@ -133,6 +133,7 @@ def test_swag_export_takes_context_and_endings(tmp_path, tiny_checkpoint, flags_
     flags_parsed.init_checkpoint = tiny_checkpoint
     flags_parsed.num_train_epochs = 1
     flags_parsed.train_batch_size = 4
+    flags_parsed.bucket_by_length = True
     results = swag.run()
     assert 0 <= results["dev"]["accuracy"] <= 1
     path = export.export_run(str(tmp_path / "run"), str(tmp_path / "exported"))

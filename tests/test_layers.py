@@ -4,7 +4,13 @@ import pytest
 import tensorflow as tf
 
 from keras_bert import layers
-from keras_bert.heads import MaskedLMHead, NextSentenceHead
+from keras_bert.heads import (
+    ClassifierHead,
+    FoldChoices,
+    MaskedLMHead,
+    MultipleChoiceHead,
+    NextSentenceHead,
+)
 
 from conftest import random_inputs
 
@@ -86,6 +92,8 @@ def test_embeddings_sum_three_tables():
         layers.BertTransformerBlock(12, 3, 37, "gelu_new", 0.1, 0.1, 0.02, name="block"),
         layers.BertPooler(12, 0.02, name="pooler"),
         NextSentenceHead(0.02, name="nsp"),
+        ClassifierHead(3, 0.1, 0.02, name="classifier"),
+        MultipleChoiceHead(4, 0.1, 0.02, name="choices"),
     ],
     ids=lambda layer: layer.name,
 )
@@ -133,3 +141,21 @@ def test_mixed_precision_keeps_layer_norm_and_softmax_in_float32():
 def test_random_inputs_helper_masks_padding():
     inputs = random_inputs(lengths=[7, 3, 1])
     assert inputs["input_mask"].sum(1).tolist() == [7, 3, 1]
+
+
+def test_multiple_choice_scores_each_choice_on_its_own():
+    head = MultipleChoiceHead(4, 0.0, 0.02)
+    pooled = np.random.default_rng(4).normal(size=(2 * 4, 12)).astype("float32")
+    scores = head(pooled).numpy()
+    assert scores.shape == (2, 4)
+    expected = pooled @ head.scorer.dense.kernel.numpy() + head.scorer.dense.bias.numpy()
+    np.testing.assert_allclose(scores, expected.reshape(2, 4), atol=1e-6)
+    folded = FoldChoices()(np.arange(2 * 4 * 5).reshape(2, 4, 5))
+    assert folded.shape == (8, 5) and folded.numpy()[5].tolist() == list(range(25, 30))
+
+
+def test_classifier_regression_output_is_one_float32_score():
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    head = ClassifierHead(1)
+    score = head(tf.random.normal((3, 12)))
+    assert score.shape == (3, 1) and score.dtype == tf.float32
