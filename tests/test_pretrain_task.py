@@ -66,6 +66,21 @@ def test_small_model_learns_and_its_checkpoints_load(tmp_path, pretraining_data,
         loaded = checkpoints.load_checkpoint(str(tmp_path / fmt))
         assert loaded.masked_lm is not None and loaded.next_sentence is not None
         assert loaded.encoder.config.hidden_size == 64
+    # The result fine-tunes like any checkpoint.
+    run(
+        [
+            sys.executable,
+            "-m",
+            "tasks.glue",
+            "--task_name=SST-2",
+            f"--data_dir={os.path.join(DATA, 'glue', 'SST-2')}",
+            f"--output_dir={tmp_path / 'sst2'}",
+            f"--init_checkpoint={tmp_path / 'google'}",
+            "--num_train_epochs=1",
+            "--max_seq_length=64",
+        ]
+    )
+    assert json.loads((tmp_path / "sst2" / "metrics.json").read_text())[0]["epoch"] == 1
     a = BertEncoder.from_checkpoint(str(tmp_path / "google")).weights
     b = BertEncoder.from_checkpoint(str(tmp_path / "huggingface")).weights
     for wa, wb in zip(a, b):
