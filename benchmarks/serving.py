@@ -1,7 +1,7 @@
 """Serving throughput of an exported classifier on SST-2 dev sentences, printed as JSON.
 
     python -m tasks.quickstart            # makes exported/sst-2/<version>
-    python benchmarks/serving.py [--export exported/sst-2/1]
+    python -m benchmarks.serving [--export exported/sst-2/1]
 
 Loads the SavedModel the way TF Serving does (TensorFlow and tensorflow-text only) and calls its
 `serving_default` signature with raw strings, labels out, at batch 1 and batch 32, alternating

@@ -176,3 +176,33 @@ def test_float16_trains_with_loss_scaling(tmp_path, tiny_checkpoint, flags_parse
 
     model = keras.saving.load_model(str(tmp_path / "run" / "model.keras"))
     assert all(np.isfinite(w.numpy()).all() for w in model.weights)
+
+
+def test_mnli_writes_matched_mismatched_and_diagnostic_predictions(tmp_path, tiny_checkpoint,
+                                                                     flags_parsed):  # fmt: skip
+    header = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+              "sentence1_parse\tsentence2_parse\tsentence1\tsentence2")  # fmt: skip
+    pairs = [("A man sleeps.", "A person rests."), ("A dog runs.", "A cat sleeps."),
+             ("Kids play.", "Children are playing."), ("It rains.", "The sun is out.")]  # fmt: skip
+    labels = ["entailment", "contradiction", "entailment", "contradiction"]
+    rows = [f"{i}\tp\tq\tg\t(a)\t(b)\t(A)\t(B)\t{a}\t{b}" for i, (a, b) in enumerate(pairs)]
+    data = tmp_path / "MNLI"
+    data.mkdir()
+    for name in ("train.tsv", "dev_matched.tsv", "dev_mismatched.tsv"):
+        write(data / name, [header + "\tlabel1\tgold_label"] + [
+            f"{r}\t{l}\t{l}" for r, l in zip(rows, labels)])  # fmt: skip
+    for name in ("test_matched.tsv", "test_mismatched.tsv"):
+        write(data / name, [header] + rows)
+    diagnostic = write(tmp_path / "diagnostic.tsv", ["index\tsentence1\tsentence2", "0\tA\tB"])
+    flags_parsed.data_dir = str(data)
+    flags_parsed.output_dir = str(tmp_path / "run")
+    flags_parsed.init_checkpoint = tiny_checkpoint
+    flags_parsed.num_train_epochs = 1
+    flags_parsed.do_predict = True
+    flags_parsed.diagnostic_file = diagnostic
+    results = glue.run(glue.get_task("MNLI"))
+    assert set(results) == {"dev_matched", "dev_mismatched"}
+    for name, count in (("MNLI-m", 4), ("MNLI-mm", 4), ("AX", 1)):
+        lines = (tmp_path / "run" / f"{name}.tsv").read_text().splitlines()
+        assert lines[0] == "index\tprediction" and len(lines) == count + 1
+        assert all(line.split("\t")[1] in glue.get_task("MNLI").labels for line in lines[1:])
