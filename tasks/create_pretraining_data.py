@@ -9,7 +9,8 @@ documents); --input_format=text is prose that is not sentence-split (blank lines
 paragraphs; each paragraph is a document, split into sentences here). Files are decoded with
 --input_encoding (utf-8 by default; latin-1 for such files); with --encoding_errors=strict an
 undecodable byte stops the run naming the file, with =replace it becomes U+FFFD. Windows line
-endings are read as line ends. Instances are written, shuffled, round-robin across the
+endings are read as line ends. With --num_workers, files are read and tokenized in parallel, then the passes are built in
+parallel. Instances are written, shuffled, round-robin across the
 --num_output_shards shards `<output_file>-00000-of-0000N.tfrecord`; each shard is written under a
 temporary name and renamed when complete. The same seed gives the same bytes, whatever
 --num_workers is.
@@ -101,33 +102,51 @@ def write_shards(instances, prefix, num_shards, max_seq_length, max_predictions)
     return paths
 
 
-def create(files, tokenizer):
-    special = pretraining.special_ids(tokenizer)
-    documents = []
-    progress = keras.utils.Progbar(len(files), unit_name="file")
-    for path in files:
-        text = pretraining_text.read_documents(path, FLAGS.input_format, FLAGS.input_encoding,
-                                               FLAGS.encoding_errors)  # fmt: skip
-        documents.extend(pretraining_text.tokenize_documents(text, tokenizer))
+def _read_file(args):
+    """One file's tokenized documents (a worker's unit of work in the first phase)."""
+    path, vocab_file, do_lower_case, reading = args
+    tokenizer = _tokenizer(vocab_file, do_lower_case)
+    return pretraining_text.tokenize_documents(
+        pretraining_text.read_documents(path, *reading), tokenizer)  # fmt: skip
+
+
+_TOKENIZERS = {}
+
+
+def _tokenizer(vocab_file, do_lower_case):
+    key = (vocab_file, do_lower_case)
+    if key not in _TOKENIZERS:  # once per process
+        _TOKENIZERS[key] = BertTokenizer(vocab_file, do_lower_case=do_lower_case)
+    return _TOKENIZERS[key]
+
+
+def _run(function, work, pool, unit):
+    """Maps `function` over `work` in order (so output is deterministic), with a progress bar."""
+    progress = keras.utils.Progbar(len(work), unit_name=unit)
+    results = []
+    for result in pool.imap(function, work) if pool else map(function, work):
+        results.append(result)
         progress.add(1)
+    return results
+
+
+def create(files, vocab_file, do_lower_case, pool=None):
+    """Reads and tokenizes the files, then builds `dupe_factor` passes of shuffled instances;
+    both phases run in `pool` (a multiprocessing pool) when given."""
+    reading = (FLAGS.input_format, FLAGS.input_encoding, FLAGS.encoding_errors)
+    per_file = _run(
+        _read_file, [(f, vocab_file, do_lower_case, reading) for f in files], pool, "file"
+    )
+    documents = [d for docs in per_file for d in docs]
     if not documents:
         raise ValueError(f"no text in {', '.join(files)}")
+    special = pretraining.special_ids(_tokenizer(vocab_file, do_lower_case))
     settings = {"seed": FLAGS.random_seed, "instance": dict(
         max_seq_length=FLAGS.max_seq_length, short_seq_prob=FLAGS.short_seq_prob,
         masked_lm_prob=FLAGS.masked_lm_prob, max_predictions=FLAGS.max_predictions_per_seq,
         whole_word=FLAGS.do_whole_word_mask)}  # fmt: skip
     work = [(documents, special, dupe, settings) for dupe in range(FLAGS.dupe_factor)]
-    instances = []
-    progress = keras.utils.Progbar(FLAGS.dupe_factor, unit_name="pass")
-    if FLAGS.num_workers > 1:
-        with multiprocessing.get_context("spawn").Pool(FLAGS.num_workers) as pool:
-            for result in pool.imap(_build, work):  # in order: deterministic output
-                instances.extend(result)
-                progress.add(1)
-    else:
-        for item in work:
-            instances.extend(_build(item))
-            progress.add(1)
+    instances = [i for result in _run(_build, work, pool, "pass") for i in result]
     order = np.random.default_rng(FLAGS.random_seed).permutation(len(instances))
     return [instances[i] for i in order]
 
@@ -138,8 +157,13 @@ def main(argv):
     for name in ("input_file", "output_file", "vocab_file"):
         if not getattr(FLAGS, name):
             raise app.UsageError(f"--{name} is required")
-    tokenizer = BertTokenizer(FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case)
-    instances = create(pretraining_text.input_files(FLAGS.input_file), tokenizer)
+    files = pretraining_text.input_files(FLAGS.input_file)
+    _tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)  # a bad vocabulary fails here, once
+    if FLAGS.num_workers > 1:
+        with multiprocessing.get_context("spawn").Pool(FLAGS.num_workers) as pool:
+            instances = create(files, FLAGS.vocab_file, FLAGS.do_lower_case, pool)
+    else:
+        instances = create(files, FLAGS.vocab_file, FLAGS.do_lower_case)
     paths = write_shards(instances, FLAGS.output_file, FLAGS.num_output_shards,
                          FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)  # fmt: skip
     logging.info("wrote %d instances to %s", len(instances), ", ".join(paths))

@@ -221,3 +221,14 @@ def test_streaming_gives_new_masks_every_pass():
     example = next(dataset.as_numpy_iterator())
     assert example["input_ids"].shape == (64,) and example["masked_lm_ids"].shape == (10,)
     assert example["input_ids"].tolist()[: len(first[0].input_ids)] == first[0].input_ids
+
+
+def test_one_sentence_documents_make_no_pairs_of_their_own_but_serve_as_random_b():
+    lone = [[(7, True), (8, True), (9, True)]]  # a document of one sentence
+    longer = [[(10 + i, True) for i in range(6)] for _ in range(4)]
+    rng = np.random.default_rng(0)
+    assert pretraining.instances_from_document([lone, longer], 0, SPECIAL, rng) == []
+    made = [i for _ in range(40)
+            for i in pretraining.instances_from_document([lone, longer], 1, SPECIAL, rng)]  # fmt: skip
+    random_bs = [originals(i) for i in made if i.is_random_next]
+    assert random_bs and all(ids[-4:-1] == [7, 8, 9] for ids in random_bs)
