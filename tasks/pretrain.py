@@ -51,7 +51,11 @@ flags.DEFINE_string("bert_config_file", None, "Config of a model trained from sc
 flags.DEFINE_string("vocab_file", None, "vocab.txt of a model trained from scratch.")
 flags.DEFINE_integer("num_train_steps", 1000, "Optimizer steps.")
 flags.DEFINE_integer("num_warmup_steps", 100, "Linear warmup steps.")
-flags.DEFINE_integer("steps_per_loop", 100, "Steps between logs (a Keras 'epoch').")
+flags.DEFINE_integer(
+    "steps_per_loop",
+    100,
+    "Steps per Keras epoch (between logs and backups) when --save_checkpoints_steps is not given.",
+)
 flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "LAMB suits very large batches.")
 flags.DEFINE_integer("gradient_accumulation_steps", 1, "Batches whose gradients are summed "
                      "per optimizer step.")  # fmt: skip
@@ -191,12 +195,15 @@ def main(argv):
     dataset = training_dataset(examples).with_options(options)
     backup = os.path.join(common.run_dir_of(strategy, output_dir), "backup")
     os.makedirs(backup, exist_ok=True)
-    callbacks = [keras.callbacks.BackupAndRestore(backup, FLAGS.save_checkpoints_steps or "epoch",
-                                                  delete_checkpoint=False)]  # fmt: skip
+    # One Keras epoch per checkpoint: Keras restores state at epoch boundaries, so a resumed
+    # run repeats at most the steps since the last checkpoint and ends at num_train_steps.
+    loop = FLAGS.save_checkpoints_steps or FLAGS.steps_per_loop
+    callbacks = [keras.callbacks.BackupAndRestore(backup, "epoch", delete_checkpoint=False)]
     if common.is_chief(strategy):
         callbacks.insert(0, keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")))
-    steps = FLAGS.steps_per_loop * max(1, FLAGS.gradient_accumulation_steps)
-    epochs = max(1, FLAGS.num_train_steps * max(1, FLAGS.gradient_accumulation_steps) // steps)
+    accumulation = max(1, FLAGS.gradient_accumulation_steps)
+    steps = loop * accumulation  # batches per epoch
+    epochs = max(1, -(-FLAGS.num_train_steps // loop))
     history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks,
                         verbose=1 if common.is_chief(strategy) else 2)  # fmt: skip
     result = checkpoints.BertCheckpoint(model.encoder, vocab_file, lower_case, model.masked_lm,
