@@ -49,7 +49,7 @@ def export_run(run_dir, export_dir, model_name=None, version=None, hub=False):
                                   version=version)  # fmt: skip
     logging.info("exported %s", path)
     if hub:
-        encoder = _encoder_of(model)
+        encoder = encoder_of(model)
         for kind, save in (("preprocess", hub_layout.save_preprocessor),
                            ("encoder", hub_layout.save_encoder)):  # fmt: skip
             target = os.path.join(export_dir, f"{model_name}_{kind}")
@@ -58,7 +58,8 @@ def export_run(run_dir, export_dir, model_name=None, version=None, hub=False):
     return path
 
 
-def _encoder_of(model):
+def encoder_of(model):
+    """The BertEncoder inside a fine-tuned model."""
     from keras_bert import BertEncoder
 
     return next(layer for layer in model.layers if isinstance(layer, BertEncoder))

@@ -35,7 +35,7 @@ def core_ops(wheel):
 
 
 def text_ops(wheel):
-    import tensorflow as tf
+    import tensorflow  # noqa: F401  (registers the core ops before tensorflow-text's)
     from tensorflow.core.framework import op_def_pb2
     from tensorflow.python.client import pywrap_tf_session
 
@@ -47,7 +47,6 @@ def text_ops(wheel):
     before = registered()
     import tensorflow_text  # noqa: F401  (registers its ops)
 
-    del tf
     candidates = registered() - before
     with zipfile.ZipFile(wheel) as archive:
         blobs = [archive.read(p) for p in archive.namelist() if p.endswith(".so")]

@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
-
-from exports import export, hub_layout, serving
-from tasks import common, glue, swag
-
 from conftest import DATA
+
+from exports import export, serving
+from tasks import common, glue, swag
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +64,7 @@ def test_export_reloads_in_a_clean_process_with_the_same_outputs(sst2_run, tmp_p
 def test_token_id_signature_matches_text_signature(sst2_run, tmp_path):
     path = export.export_run(sst2_run, str(tmp_path), "sst2")
     loaded = tf.saved_model.load(path)
-    model, tokenizer, info = common.load_run(sst2_run)
+    _, tokenizer, info = common.load_run(sst2_run)
     inputs = common.text_preprocessor(tokenizer, info["max_seq_length"], ["sentence"])(
         {"sentence": tf.constant(SENTENCES[:2])})  # fmt: skip
     by_ids = loaded.signatures["serve_token_ids"](**inputs)
@@ -118,7 +117,7 @@ def test_hub_layout_preprocessor_and_encoder(sst2_run, tmp_path):
     assert pair["input_type_ids"].numpy()[0, :7].tolist() == [0, 0, 0, 0, 1, 1, 1]
     outputs = encoder(inputs)
     model, _, _ = common.load_run(sst2_run)
-    expected = export._encoder_of(model)(inputs)
+    expected = export.encoder_of(model)(inputs)
     np.testing.assert_allclose(outputs["pooled_output"], expected["pooled_output"], atol=1e-5)
     assert len(outputs["encoder_outputs"]) == 2
     signature = encoder.signatures["serving_default"](**inputs)
@@ -142,4 +141,3 @@ def test_swag_export_takes_context_and_endings(tmp_path, tiny_checkpoint, flags_
         endings=tf.constant([["He walks in.", "The sky", "x", ""], ["", "", "", ""]]))  # fmt: skip
     assert served["probabilities"].shape == (2, 4)
     np.testing.assert_allclose(served["probabilities"].numpy().sum(-1), 1.0, atol=1e-5)
-    assert hub_layout  # imported for the TF Hub layout test above
