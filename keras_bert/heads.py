@@ -177,3 +177,45 @@ class FoldChoices(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return (None, input_shape[-1])
+
+
+@_SERIALIZABLE
+class SpanLabelerHead(keras.layers.Layer):
+    """Start and end logits for every position (SQuAD): (batch, seq, hidden) in, a dict of two
+    float32 (batch, seq) tensors out, `start_logits` and `end_logits`."""
+
+    def __init__(self, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.initializer_range = initializer_range
+        self.dense = keras.layers.Dense(
+            2,
+            kernel_initializer=layers.initializer(initializer_range),
+            dtype="float32",
+            name="dense",
+        )
+
+    def build(self, sequence_output_shape):
+        self.dense.build(sequence_output_shape)
+
+    def call(self, sequence_output):
+        logits = self.dense(sequence_output)  # (batch, seq, 2)
+        return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+
+    def compute_output_shape(self, sequence_output_shape):
+        shape = tuple(sequence_output_shape[:-1])
+        return {"start_logits": shape, "end_logits": shape}
+
+    def get_config(self):
+        return {**super().get_config(), "initializer_range": self.initializer_range}
+
+
+@_SERIALIZABLE
+class TokenClassifierHead(ClassifierHead):
+    """Dropout and a dense layer on every token (NER): (batch, seq, hidden) in, float32
+    (batch, seq, num_classes) logits out."""
+
+    def build(self, sequence_output_shape):
+        self.dense.build(sequence_output_shape)
+
+    def compute_output_shape(self, sequence_output_shape):
+        return (*sequence_output_shape[:-1], self.num_classes)

@@ -10,6 +10,8 @@ from keras_bert.heads import (
     MaskedLMHead,
     MultipleChoiceHead,
     NextSentenceHead,
+    SpanLabelerHead,
+    TokenClassifierHead,
 )
 
 from conftest import random_inputs
@@ -94,6 +96,8 @@ def test_embeddings_sum_three_tables():
         NextSentenceHead(0.02, name="nsp"),
         ClassifierHead(3, 0.1, 0.02, name="classifier"),
         MultipleChoiceHead(4, 0.1, 0.02, name="choices"),
+        SpanLabelerHead(0.02, name="span"),
+        TokenClassifierHead(9, 0.1, 0.02, name="tokens"),
     ],
     ids=lambda layer: layer.name,
 )
@@ -159,3 +163,13 @@ def test_classifier_regression_output_is_one_float32_score():
     head = ClassifierHead(1)
     score = head(tf.random.normal((3, 12)))
     assert score.shape == (3, 1) and score.dtype == tf.float32
+
+
+def test_span_and_token_heads_score_every_position():
+    sequence = np.random.default_rng(5).normal(size=(2, 7, 12)).astype("float32")
+    span = SpanLabelerHead()
+    logits = span(sequence)
+    assert logits["start_logits"].shape == logits["end_logits"].shape == (2, 7)
+    expected = sequence @ span.dense.kernel.numpy() + span.dense.bias.numpy()
+    np.testing.assert_allclose(logits["end_logits"], expected[..., 1], atol=1e-6)
+    assert TokenClassifierHead(9)(sequence).shape == (2, 7, 9)
