@@ -276,7 +276,8 @@ def run(task):
         common.save_run(common.run_dir_of(strategy, output_dir), model, tokenizer, {
                 "task": task.name, "text_columns": list(task.text_columns),
                 "labels": list(task.labels) if task.labels else None})  # fmt: skip
-    results = evaluator.latest if FLAGS.do_train else evaluator.evaluate() if dev_sets else {}
+    # A run restored past its last epoch trains no more: evaluate what it restored.
+    results = evaluator.latest or (evaluator.evaluate() if dev_sets else {})
     for name, split in test.items():
         logits = model.predict(common.make_dataset(split, preprocess, FLAGS.eval_batch_size,
                                                    with_labels=False), verbose=0)  # fmt: skip

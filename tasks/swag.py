@@ -125,7 +125,8 @@ def run():
             rows = [f"{i}\t{p}" for i, p in zip(test.ids, np.argmax(logits, axis=-1))]
             common.write_atomically(os.path.join(output_dir, "swag_predictions.tsv"),
                                     "index\tprediction\n" + "\n".join(rows) + "\n")  # fmt: skip
-    return evaluator.latest if FLAGS.do_train else evaluator.evaluate() if dev_sets else {}
+    # A run restored past its last epoch trains no more: evaluate what it restored.
+    return evaluator.latest or (evaluator.evaluate() if dev_sets else {})
 
 
 def main(argv):

@@ -123,6 +123,10 @@ def test_fine_tunes_and_writes_every_output(tmp_path, tiny_checkpoint, flags_par
     assert all(line.split("\t")[1] in ("0", "1") for line in lines[1:])
     assert os.listdir(run / "logs" / "dev") and os.listdir(run / "logs" / "train")
     assert json.loads((run / "run.json").read_text())["labels"] == ["0", "1"]
+    # The same command again finds the finished backup, trains no more, and still reports.
+    again = glue.run(glue.get_task("SST-2"))
+    assert again["dev"] == results["dev"]
+    assert [h["epoch"] for h in json.loads((run / "metrics.json").read_text())] == [1, 2]
 
 
 def test_regression_task_reports_pearson_and_spearman(tmp_path, tiny_checkpoint, flags_parsed):
