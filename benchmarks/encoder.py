@@ -12,12 +12,12 @@ import json
 import statistics
 import time
 
-import keras_bert  # noqa: F401  (selects the TensorFlow backend)
 import keras
 import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
+import keras_bert  # noqa: F401  (selects the TensorFlow backend)
 from keras_bert import BertConfig, BertEncoder
 
 FLAGS = flags.FLAGS

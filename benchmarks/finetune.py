@@ -13,14 +13,14 @@ import os
 import statistics
 import time
 
-import keras_bert  # noqa: F401  (selects the TensorFlow backend)
 import keras
 import tensorflow as tf
 from absl import app, flags
 
+import keras_bert  # noqa: F401  (selects the TensorFlow backend)
 from keras_bert import checkpoints
 from keras_bert.tokenizer import BertPacker, BertTokenizer
-from tasks import common, glue
+from tasks import default_checkpoint, glue
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("checkpoint", None, "Checkpoint folder. Default: MiniLM.")
@@ -42,7 +42,7 @@ def batches(tokenizer, sentences, labels, pad_to_128):
 
 def main(argv):
     del argv
-    path = FLAGS.checkpoint or common.default_checkpoint()
+    path = FLAGS.checkpoint or default_checkpoint()
     split = glue.read_tsv(DEV, glue.get_task("SST-2"), True)
     sentences, labels = tf.constant(split.texts["sentence"]), split.labels
     report = {"checkpoint": path, "batch_size": FLAGS.batch_size, "rounds": FLAGS.rounds,

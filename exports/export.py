@@ -14,6 +14,7 @@ import os
 from absl import app, flags, logging
 
 from exports import hub_layout, serving
+from keras_bert import BertEncoder
 from tasks import common
 
 FLAGS = flags.FLAGS
@@ -60,8 +61,6 @@ def export_run(run_dir, export_dir, model_name=None, version=None, hub=False):
 
 def encoder_of(model):
     """The BertEncoder inside a fine-tuned model."""
-    from keras_bert import BertEncoder
-
     return next(layer for layer in model.layers if isinstance(layer, BertEncoder))
 
 

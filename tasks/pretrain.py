@@ -193,14 +193,10 @@ def main(argv):
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = sharding
     dataset = training_dataset(examples).with_options(options)
-    backup = os.path.join(common.run_dir_of(strategy, output_dir), "backup")
-    os.makedirs(backup, exist_ok=True)
     # One Keras epoch per checkpoint: Keras restores state at epoch boundaries, so a resumed
     # run repeats at most the steps since the last checkpoint and ends at num_train_steps.
     loop = FLAGS.save_checkpoints_steps or FLAGS.steps_per_loop
-    callbacks = [keras.callbacks.BackupAndRestore(backup, "epoch", delete_checkpoint=False)]
-    if common.is_chief(strategy):
-        callbacks.insert(0, keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")))
+    callbacks = common.run_callbacks(strategy, output_dir, [], "epoch")
     accumulation = max(1, FLAGS.gradient_accumulation_steps)
     steps = loop * accumulation  # batches per epoch
     epochs = max(1, -(-FLAGS.num_train_steps // loop))
