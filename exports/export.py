@@ -5,7 +5,9 @@
 writes exported/sst2/<version>/ with two signatures: `serving_default` takes raw strings
 (`sentence`, or `sentence1` and `sentence2` for pair tasks) and returns `label_id`, `label` and
 `probabilities` (`score` for regression); `serve_token_ids` takes `input_word_ids`,
-`input_mask` and `input_type_ids`. With --hub_layout it also writes the preprocessor and the
+`input_mask` and `input_type_ids`. A SQuAD run's `serving_default` takes `question` and
+`context` and returns the answer with its character offsets; an NER run's takes `sentence` and
+returns its entities. With --hub_layout it also writes the preprocessor and the
 bare encoder in the TF Hub BERT layout (exported/<model_name>_preprocess, _encoder).
 """
 
@@ -18,7 +20,9 @@ from keras_bert import BertEncoder
 from tasks import common
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("run_dir", None, "Output folder of a finished tasks.glue run.")
+flags.DEFINE_string(
+    "run_dir", None, "Output folder of a finished tasks.glue, swag, squad or ner run."
+)
 flags.DEFINE_string("export_dir", "exported", "Base folder TF Serving watches.")
 flags.DEFINE_string("model_name", None, "Model name (sub-folder). Default: the task name.")
 flags.DEFINE_integer("version", None, "Version number. Default: one more than the newest.")
@@ -34,7 +38,16 @@ WARMUP_TEXTS = [
 def export_run(run_dir, export_dir, model_name=None, version=None, hub=False):
     model, tokenizer, run_info = common.load_run(run_dir)
     model_name = model_name or run_info["task"].lower()
-    if run_info["task"] == "SWAG":
+    if run_info["task"] == "SQuAD":
+        module = serving.SquadModule(model, tokenizer, run_info)
+        signatures = module.signatures()
+        warmup = [{"question": ["Who warms up?"], "context": WARMUP_TEXTS[:1]},
+                  {"question": ["Who?"] * 3, "context": WARMUP_TEXTS}]  # fmt: skip
+    elif run_info["task"] == "NER":
+        module = serving.NerModule(model, tokenizer, run_info)
+        signatures = module.signatures()
+        warmup = [{"sentence": WARMUP_TEXTS[:1]}, {"sentence": WARMUP_TEXTS}]
+    elif run_info["task"] == "SWAG":
         choices = len(run_info["labels"])
         module = serving.MultipleChoiceModule(model, tokenizer, run_info["max_seq_length"], choices)
         signatures = module.signatures()

@@ -15,6 +15,8 @@ from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.tokenizer import BertPacker
+from tasks.ner_tagging import WordTagger
+from tasks.squad_spans import SpanWindows
 
 SERVING_OPS = os.path.join(os.path.dirname(__file__), "serving_ops.txt")
 TEXT_INPUTS = {1: ("sentence",), 2: ("sentence1", "sentence2")}
@@ -88,6 +90,51 @@ class MultipleChoiceModule(ClassifierModule):
             tf.TensorSpec([None, self.num_choices, None], tf.int32, name=name)
             for name in INPUT_NAMES])  # fmt: skip
         return {"serving_default": choices, "serve_token_ids": ids}
+
+
+class SquadModule(tf.Module):
+    """`question` and `context` strings in; the best answer out: `answer` text, its `start`
+    and `end` character offsets in the context (-1 for none), `score`, and for SQuAD 2.0
+    `no_answer`. Windowing and the n-best search run in the graph (tasks/squad_spans.py)."""
+
+    def __init__(self, model, tokenizer, run_info):
+        super().__init__()
+        self.model = model
+        self.spans = SpanWindows(
+            tokenizer, run_info["max_seq_length"], run_info["max_query_length"],
+            run_info["doc_stride"], run_info["n_best_size"], run_info["max_answer_length"],
+        )  # fmt: skip
+        self.threshold = (run_info["null_score_diff_threshold"]
+                          if run_info["version_2_with_negative"] else None)  # fmt: skip
+
+    def answer(self, question, context):
+        result = self.spans.answer(self.model, question, context, self.threshold)
+        del result["candidates"]
+        return result
+
+    def signatures(self):
+        specs = text_specs(("question", "context"))
+        return {"serving_default": tf.function(self.answer, input_signature=specs)}
+
+
+class NerModule(tf.Module):
+    """`sentence` strings in; its entities out, padded to the most in the batch:
+    `entity_text`, `entity_type`, `entity_start` and `entity_end` (character offsets, -1 as
+    padding) and `num_entities`. Words are split at white space (tasks/ner_tagging.py)."""
+
+    def __init__(self, model, tokenizer, run_info):
+        super().__init__()
+        self.model = model
+        self.tagger = WordTagger(tokenizer, run_info["tags"], run_info["max_seq_length"])
+
+    def entities(self, sentence):
+        result = self.tagger.tag(self.model, sentence)
+        del result["word_tags"]
+        return result
+
+    def signatures(self):
+        specs = text_specs(("sentence",))
+        return {"serving_default": tf.function(self.entities, input_signature=specs)}
 
 
 def graph_ops(saved_model_dir):

@@ -208,7 +208,8 @@ class DevMetrics(keras.callbacks.Callback):
                     tf.summary.scalar(f"{name}/{key}", value)
 
 
-def fit(model, strategy, train_dataset, steps_per_epoch, loss, metrics, callbacks, output_dir):
+def fit(model, strategy, train_dataset, steps_per_epoch, loss, metrics, callbacks, output_dir,
+        loss_weights=None):
     """Compiles with AdamW + warmup/linear decay and fits, resuming from output_dir/backup."""
     epochs = max(1, int(np.ceil(FLAGS.num_train_epochs)))
     total_steps = max(1, int(steps_per_epoch * FLAGS.num_train_epochs))
@@ -219,7 +220,7 @@ def fit(model, strategy, train_dataset, steps_per_epoch, loss, metrics, callback
             weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm)  # fmt: skip
         if FLAGS.mixed_precision == "float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
+        model.compile(optimizer=optimizer, loss=loss, metrics=metrics, loss_weights=loss_weights)
     callbacks = run_callbacks(
         strategy, output_dir, callbacks, FLAGS.save_checkpoints_steps or "epoch"
     )

@@ -1,0 +1,221 @@
+"""Fine-tunes BERT for named entities on CoNLL-2003 and scores entities as the CoNLL script does.
+
+    python -m tasks.ner --train_file=conll2003/train.txt --dev_file=conll2003/valid.txt \\
+        --output_dir=runs/ner
+
+Reads CoNLL files: one word per line with its tag in the last column (any number of columns, the
+same on every line), blank lines between sentences, -DOCSTART- lines between documents. Tags
+may be IOB1 (CoNLL-2003's original files) or IOB2; both are read as IOB2 (an I-X that starts an
+entity becomes B-X). The tag set is the training file's. Each word's tag is learnt and predicted
+on its first word piece; words past --max_seq_length get O. Scores are entity-level: an entity
+counts only with its exact span and type; precision, recall and F1 overall and per type.
+
+Writes metrics.json, TensorBoard logs, and for the dev and test files `<name>_predictions.txt`
+in the CoNLL evaluation script's input format (word, gold tag, predicted tag).
+"""
+
+import collections
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+
+from keras_bert.encoder import INPUT_NAMES
+from keras_bert.heads import TokenClassifierHead
+from tasks import common
+from tasks.ner_tagging import IGNORE, WordTagger
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("train_file", None, "CoNLL file to train on (word ... tag per line).")
+flags.DEFINE_string("dev_file", None, "CoNLL file to score after each epoch.")
+flags.DEFINE_string("test_file", None, "CoNLL file to predict (and score) at the end.")
+flags.adopt_module_key_flags(common)
+
+
+def read_conll(path):
+    """Returns a Split: texts `sentence` (words joined by spaces), labels the IOB2 tags of each
+    sentence's words (a list of lists of str), ids "<line of the first word>"."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"CoNLL file not found: {path}")
+    sentences, tags, ids = [], [], []
+    words, word_tags, columns, first_line = [], [], None, None
+
+    def end_sentence():
+        if words:
+            sentences.append(" ".join(words))
+            tags.append(to_iob2(word_tags))
+            ids.append(str(first_line))
+        words.clear()
+        word_tags.clear()
+
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                fields = raw.decode("utf-8").split()
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{number}: not valid UTF-8 (byte {e.start})") from None
+            if not fields or fields[0] == "-DOCSTART-":
+                end_sentence()
+                continue
+            columns = columns or len(fields)
+            if len(fields) != columns or columns < 2:
+                raise ValueError(f"{path}:{number}: {len(fields)} columns where the file's "
+                                 f"first word line has {columns} (need word ... tag)")  # fmt: skip
+            tag = fields[-1]
+            if tag != "O" and (tag[:2] not in ("B-", "I-") or len(tag) < 3):
+                raise ValueError(f"{path}:{number}: tag {tag!r} is neither IOB1 nor IOB2 "
+                                 "(O, B-<type> or I-<type>)")  # fmt: skip
+            first_line = first_line if words else number
+            words.append(fields[0])
+            word_tags.append(tag)
+    end_sentence()
+    if not sentences:
+        raise ValueError(f"{path} has no sentences")
+    return common.Split({"sentence": sentences}, tags, ids)
+
+
+def to_iob2(tags):
+    """IOB1 -> IOB2: an I-X that starts an entity (after O or another type) becomes B-X."""
+    result = []
+    for i, tag in enumerate(tags):
+        if tag.startswith("I-") and (i == 0 or tags[i - 1][2:] != tag[2:]
+                                     or tags[i - 1] == "O"):  # fmt: skip
+            tag = "B-" + tag[2:]
+        result.append(tag)
+    return result
+
+
+def entities(tags):
+    """The set of (first word, last word, type) entities in IOB2 tags, read as the CoNLL
+    script reads chunks (an I-X after O or another type starts one too)."""
+    found, start = set(), None
+    for i, tag in enumerate(list(tags) + ["O"]):
+        starts = tag != "O" and (tag[0] == "B" or start is None or tags[i - 1][2:] != tag[2:])
+        if start is not None and (tag == "O" or starts):
+            found.add((start, i - 1, tags[start][2:]))
+            start = None
+        if starts:
+            start = i
+    return found
+
+
+def conll_scores(gold, predicted):
+    """Entity-level precision, recall and F1 (percent), overall and per type."""
+    counts = collections.defaultdict(lambda: [0, 0, 0])  # type -> [correct, predicted, gold]
+    for gold_tags, predicted_tags in zip(gold, predicted):
+        gold_set, predicted_set = entities(gold_tags), entities(predicted_tags)
+        for entity_set, slot in ((gold_set & predicted_set, 0), (predicted_set, 1),
+                                 (gold_set, 2)):  # fmt: skip
+            for entity in entity_set:
+                counts[entity[2]][slot] += 1
+                counts[None][slot] += 1
+
+    def prf(correct, predicted_count, gold_count):
+        precision = 100.0 * correct / predicted_count if predicted_count else 0.0
+        recall = 100.0 * correct / gold_count if gold_count else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return {"precision": precision, "recall": recall, "f1": f1}
+
+    result = prf(*counts.pop(None, [0, 0, 0]))
+    for kind in sorted(counts):
+        result.update({f"{kind}_{k}": v for k, v in prf(*counts[kind]).items()})
+    return result
+
+
+def tagger_model(encoder, num_tags):
+    inputs = {n: keras.Input((None,), dtype="int32", name=n) for n in INPUT_NAMES}
+    head = TokenClassifierHead(num_tags, encoder.config.hidden_dropout_prob,
+                               encoder.config.initializer_range, name="tags")  # fmt: skip
+    return keras.Model(inputs, head(encoder(inputs)["sequence_output"]), name="ner")
+
+
+def train_dataset(split, tagger, batch_size):
+    tag_ids = {tag: i for i, tag in enumerate(tagger.tags)}
+    labels = tf.ragged.constant([[tag_ids[t] for t in tags] for tags in split.labels],
+                                dtype=tf.int32, row_splits_dtype=tf.int64)  # fmt: skip
+    dataset = tf.data.Dataset.from_tensor_slices((split.texts["sentence"], labels))
+    dataset = dataset.shuffle(len(split), seed=FLAGS.seed, reshuffle_each_iteration=True)
+    dataset = dataset.batch(batch_size).map(tagger.encode, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def predict_tags(model, tagger, split):
+    """The predicted IOB2 tags of every sentence's words, through the in-graph tagger."""
+    tag = tf.function(lambda sentences: tagger.tag(model, sentences)["word_tags"],
+                      reduce_retracing=True)  # fmt: skip
+    names, predicted = np.array(tagger.tags), []
+    progress = keras.utils.Progbar(len(split), unit_name="sentence")
+    for i in range(0, len(split), FLAGS.eval_batch_size):
+        batch = tag(tf.constant(split.texts["sentence"][i : i + FLAGS.eval_batch_size]))
+        predicted += [names[row].tolist() for row in batch.numpy()]
+        progress.add(len(batch.numpy()))
+    return predicted
+
+
+class NerMetrics(common.DevMetrics):
+    """Entity-level scores of each labelled split after each epoch."""
+
+    def __init__(self, tagger, splits, output_dir, write):
+        super().__init__({}, None, output_dir, write)
+        self.tagger, self.splits = tagger, splits
+
+    def evaluate(self):
+        return {name: conll_scores(split.labels, predict_tags(self.model, self.tagger, split))
+                for name, split in self.splits.items()}  # fmt: skip
+
+
+def write_predictions(path, split, predicted):
+    lines = []
+    for sentence, gold, tags in zip(split.texts["sentence"], split.labels, predicted):
+        lines += [f"{w} {g} {p}" for w, g, p in zip(sentence.split(" "), gold, tags)] + [""]
+    common.write_atomically(path, "\n".join(lines) + "\n")
+
+
+def run():
+    output_dir = FLAGS.output_dir or os.path.join("runs", "ner")
+    strategy = common.create_strategy()
+    if not FLAGS.do_train:
+        raise app.UsageError("tasks.ner trains; to tag with a finished run, export it "
+                             "(python -m exports.export --run_dir=...)")  # fmt: skip
+    if not FLAGS.train_file:
+        raise app.UsageError("pass --train_file")
+    train = read_conll(FLAGS.train_file).head(FLAGS.max_train_examples)
+    tags = ["O"] + sorted({t for sentence in train.labels for t in sentence} - {"O"})
+    with strategy.scope():
+        encoder, tokenizer = common.load_pretrained()
+        model = tagger_model(encoder, len(tags))
+    tagger = WordTagger(tokenizer, tags, FLAGS.max_seq_length)
+    splits = {name: read_conll(path).head(FLAGS.max_eval_examples) for name, path in
+              (("dev", FLAGS.dev_file), ("test", FLAGS.test_file)) if path}  # fmt: skip
+    chief = common.is_chief(strategy)
+    evaluator = NerMetrics(tagger, {k: v for k, v in splits.items() if k == "dev"}, output_dir,
+                           write=chief)  # fmt: skip
+    logging.info("%d training sentences, tags %s", len(train), tags)
+    common.fit(model, strategy, train_dataset(train, tagger, FLAGS.train_batch_size),
+               steps_per_epoch=int(np.ceil(len(train) / FLAGS.train_batch_size)),
+               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                               ignore_class=IGNORE),
+               metrics=None, callbacks=[evaluator] if FLAGS.do_eval and "dev" in splits else [],
+               output_dir=output_dir)  # fmt: skip
+    common.save_run(common.run_dir_of(strategy, output_dir), model, tokenizer,
+                    {"task": "NER", "tags": tags})  # fmt: skip
+    scores = {}
+    for name, split in splits.items():
+        predicted = predict_tags(model, tagger, split)
+        scores[name] = conll_scores(split.labels, predicted)
+        if chief:
+            write_predictions(os.path.join(output_dir, f"{name}_predictions.txt"), split,
+                              predicted)  # fmt: skip
+    return scores
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.info("entity scores: %s", run())
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,118 @@
+"""Named entities inside the graph: a sentence's words are found at white space, tagged through
+the first word piece of each, and the tags (IOB2) read as entities with character offsets.
+
+The fine-tuning binary (training labels, evaluation) and the exported SavedModel share this
+one implementation, so a served entity is what the evaluation counted. Entities are read the
+way the CoNLL script reads chunks: an entity starts at B-X, or at I-X after O or after another
+type, and continues over I-X.
+"""
+
+import tensorflow as tf
+
+from keras_bert.encoder import INPUT_NAMES
+from keras_bert.tokenizer import BertPacker
+
+WHITESPACE = r"[\t\n\r\p{Zs}]"  # what the tokenizer turns into spaces
+IGNORE = -1  # label of word pieces after the first, of [CLS], [SEP] and padding
+
+
+class WordTagger:
+    """Args: a BertTokenizer, the tags (IOB2 strings, "O" among them), max_seq_length.
+    Words whose first piece falls beyond max_seq_length get "O"."""
+
+    def __init__(self, tokenizer, tags, max_seq_length=128):
+        if "O" not in tags:
+            raise ValueError(f"the tag set has no 'O': {tags}")
+        for tag in tags:
+            if tag != "O" and tag[:2] not in ("B-", "I-"):
+                raise ValueError(f"tag {tag!r} is not O, B-<type> or I-<type>")
+        self.tokenizer = tokenizer
+        self.tags = list(tags)
+        self.types = sorted({tag[2:] for tag in tags if tag != "O"})
+        self.packer = BertPacker.from_tokenizer(tokenizer, sequence_length=max_seq_length)
+        self.max_tokens = max_seq_length - 2
+
+    def _words(self, sentences):
+        """Token ids (truncated) with each token's word and first-piece flag, and each word's
+        character span [start, end); all ragged over the batch."""
+        sentences = tf.strings.unicode_transcode(sentences, "UTF-8", "UTF-8", errors="replace")
+        ids, starts, _ = self.tokenizer.tokenize_with_offsets(sentences)
+        ids, starts = ids[:, : self.max_tokens], starts[:, : self.max_tokens]
+        space = tf.strings.regex_full_match(tf.strings.unicode_split(sentences, "UTF-8"),
+                                            WHITESPACE)  # fmt: skip
+        before = tf.concat([tf.ones_like(space[:, :1]), space[:, :-1]], axis=1)
+        after = tf.concat([space[:, 1:], tf.ones_like(space[:, :1])], axis=1)
+        word_start = ~space & before
+        word_of_char = tf.math.cumsum(tf.cast(word_start, tf.int64), axis=1) - 1
+        token_word = tf.gather(word_of_char, starts, batch_dims=1)
+        # (x[:, :1] keeps empty rows empty, where a fill of shape (batch, 1) would not)
+        previous = tf.concat([token_word[:, :1] * 0 - 1, token_word[:, :-1]], axis=1)
+        chars = tf.ragged.range(space.row_lengths())
+        return {
+            "ids": ids,
+            "token_word": token_word,
+            "first_piece": tf.not_equal(token_word, previous),
+            "word_starts": tf.ragged.boolean_mask(chars, word_start),
+            "word_ends": tf.ragged.boolean_mask(chars, ~space & after) + 1,
+            "sentences": sentences,
+        }
+
+    def encode(self, sentences, word_tags=None):
+        """Encoder inputs int32 (batch, seq); with word_tags (ragged (batch, (words)) tag ids)
+        also the labels int32 (batch, seq): the word's tag on its first piece, IGNORE else."""
+        words = self._words(sentences)
+        inputs = self.packer(words["ids"])
+        if word_tags is None:
+            return inputs
+        tags = tf.gather(tf.cast(word_tags, tf.int32), words["token_word"], batch_dims=1)
+        tags = tf.where(words["first_piece"], tags, IGNORE)
+        edge = tf.fill([tags.nrows(), 1], IGNORE)
+        labels = tf.concat([edge, tags, edge], axis=1)
+        return inputs, labels.to_tensor(IGNORE, shape=tf.shape(inputs["input_word_ids"]))
+
+    def tag(self, model, sentences):
+        """Sentences in, tags and entities out (the whole pipeline of an export).
+
+        Returns `word_tags` int32 ragged (batch, (words)), and padded over the sentence's
+        entities: `entity_text` and `entity_type` tf.string, `entity_start` and `entity_end`
+        int64 character offsets [start, end) (-1 as padding), and `num_entities` (batch,).
+        """
+        words = self._words(sentences)
+        inputs = self.packer(words["ids"])
+        logits = model({name: inputs[name] for name in INPUT_NAMES}, training=False)
+        token_tags = tf.argmax(logits[:, 1:-1], axis=-1, output_type=tf.int32)  # skip [CLS]
+        token_tags = tf.RaggedTensor.from_tensor(token_tags, lengths=words["ids"].row_lengths())
+        first = tf.ragged.boolean_mask(token_tags, words["first_piece"])
+        first_word = tf.ragged.boolean_mask(words["token_word"], words["first_piece"])
+        num_words = words["word_starts"].row_lengths()
+        flat_word = first_word + words["word_starts"].row_starts()[:, None]  # into all words
+        o = self.tags.index("O")
+        word_tags = tf.tensor_scatter_nd_update(
+            tf.fill([tf.reduce_sum(num_words)], o), flat_word.flat_values[:, None],
+            first.flat_values)  # fmt: skip
+        word_tags = tf.RaggedTensor.from_row_lengths(word_tags, num_words)
+        return {"word_tags": word_tags, **self.entities(words, word_tags)}
+
+    def entities(self, words, word_tags):
+        prefix = tf.gather(tf.constant([t[:1] for t in self.tags]), word_tags)
+        kind = tf.gather(tf.constant([t[2:] for t in self.tags]), word_tags)
+        inside = tf.not_equal(prefix, "O")
+        edge = tf.zeros_like(inside[:, :1])
+        prev_inside = tf.concat([edge, inside[:, :-1]], axis=1)
+        prev_kind = tf.concat([tf.zeros_like(kind[:, :1]), kind[:, :-1]], axis=1)
+        begins = inside & (tf.equal(prefix, "B") | ~prev_inside | tf.not_equal(prev_kind, kind))
+        next_begins = tf.concat([begins[:, 1:], edge], axis=1)
+        next_inside = tf.concat([inside[:, 1:], edge], axis=1)
+        ends = inside & (next_begins | ~next_inside)
+        start = tf.ragged.boolean_mask(words["word_starts"], begins)
+        end = tf.ragged.boolean_mask(words["word_ends"], ends)
+        text = tf.strings.substr(tf.repeat(words["sentences"], start.row_lengths()),
+                                 start.flat_values, end.flat_values - start.flat_values,
+                                 unit="UTF8_CHAR")  # fmt: skip
+        return {
+            "entity_text": start.with_flat_values(text).to_tensor(""),
+            "entity_type": tf.ragged.boolean_mask(kind, begins).to_tensor(""),
+            "entity_start": start.to_tensor(-1),
+            "entity_end": end.to_tensor(-1),
+            "num_entities": start.row_lengths(),
+        }

@@ -1,0 +1,291 @@
+"""Fine-tunes BERT on SQuAD v1.1 or v2.0 and scores it with the official evaluation rules.
+
+    python -m tasks.squad --train_file=train-v1.1.json --predict_file=dev-v1.1.json \\
+        --output_dir=runs/squad
+
+Flags keep the names of the original run_squad.py. Writes predictions.json, nbest_predictions.json
+and, with --version_2_with_negative, null_odds.json for --predict_file; when that file has gold
+answers, also its scores (metrics.json, TensorBoard logs/dev). Windows, answer positions and the
+n-best search are the in-graph ones of tasks/squad_spans.py, shared with the export.
+
+Bad input: a training answer whose answer_start does not point at its text is skipped with a
+warning (the count is logged); training questions with an empty passage are skipped the same
+way; at prediction an empty passage gets the empty answer. Questions longer than
+--max_query_length tokens are cut (as the original does) and counted in the log.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+
+from keras_bert.encoder import INPUT_NAMES
+from keras_bert.heads import SpanLabelerHead
+from tasks import common, squad_metrics
+from tasks.squad_spans import SpanWindows
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("train_file", None, "SQuAD JSON for training (v1.1 or v2.0 format).")
+flags.DEFINE_string("predict_file", None, "SQuAD JSON to predict (and score when it has answers).")
+flags.DEFINE_bool("version_2_with_negative", False, "SQuAD 2.0: questions may have no answer.")
+flags.DEFINE_integer("doc_stride", 128, "Tokens between the starts of a passage's windows.")
+flags.DEFINE_integer("max_query_length", 64, "Question tokens kept; longer questions are cut.")
+flags.DEFINE_integer("n_best_size", 20, "Start and end candidates per window, and answers kept "
+                     "in nbest_predictions.json.")  # fmt: skip
+flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in tokens.")
+flags.DEFINE_float("null_score_diff_threshold", 0.0, "SQuAD 2.0: predict no answer when the "
+                   "[CLS] score minus the best span's score is above this.")  # fmt: skip
+flags.adopt_module_key_flags(common)
+
+
+def read_squad(path):
+    """Returns the `data` list of a SQuAD JSON file (articles, paragraphs, questions)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"SQuAD file not found: {path}")
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        data = json.loads(raw.decode("utf-8"))["data"]
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not valid UTF-8 (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
+    except (KeyError, TypeError):
+        raise ValueError(f"{path} is not SQuAD JSON: it has no top-level 'data' list") from None
+    for article in data:
+        for paragraph in article.get("paragraphs", ()):
+            if not isinstance(paragraph.get("context"), str) or "qas" not in paragraph:
+                raise ValueError(f"{path}: a paragraph of {article.get('title')!r} lacks "
+                                 "'context' or 'qas'")  # fmt: skip
+            for question in paragraph["qas"]:
+                if "id" not in question or "question" not in question:
+                    raise ValueError(f"{path}: a question in {article.get('title')!r} lacks "
+                                     "'id' or 'question'")  # fmt: skip
+    return data
+
+
+def questions_of(data, path, training=False, version_2=False):
+    """A Split of questions: texts `question` and `context`; for training, labels int64 (n, 2),
+    each answer's character span [start, end) in its passage, (-1, -1) for no answer."""
+    texts, spans, ids = {"question": [], "context": []}, [], []
+    skipped = {"answer_start does not match the answer text": 0, "empty passage": 0}
+    for article in data:
+        for paragraph in article["paragraphs"]:
+            context = paragraph["context"]
+            for question in paragraph["qas"]:
+                if training:
+                    span = _answer_span(question, context, path, version_2)
+                    reason = ("empty passage" if not context.strip() else
+                              None if span else "answer_start does not match the answer text")
+                    if reason:
+                        skipped[reason] += 1
+                        logging.warning("%s: skipping question %s: %s", path, question["id"],
+                                        reason)  # fmt: skip
+                        continue
+                    spans.append(span)
+                texts["question"].append(question["question"])
+                texts["context"].append(context)
+                ids.append(question["id"])
+    for reason, count in skipped.items():
+        if count:
+            logging.warning("%s: skipped %d questions (%s)", path, count, reason)
+    if not ids:
+        raise ValueError(f"{path} has no usable questions")
+    labels = np.array(spans, "int64").reshape(-1, 2) if training else None
+    return common.Split(texts, labels, ids)
+
+
+def _answer_span(question, context, path, version_2):
+    """(start, end) of the first answer, (-1, -1) for none, or None if it is misplaced."""
+    if version_2 and question.get("is_impossible", False):
+        return (-1, -1)
+    answers = question.get("answers") or []
+    if not answers:
+        raise ValueError(f"{path}: question {question['id']} has no answer (training needs "
+                         "one; pass --version_2_with_negative for SQuAD 2.0)")  # fmt: skip
+    text, start = answers[0]["text"], answers[0]["answer_start"]
+    if context[start : start + len(text)] != text or not text.strip():
+        return None
+    return (start, start + len(text))
+
+
+def span_model(encoder):
+    inputs = {n: keras.Input((None,), dtype="int32", name=n) for n in INPUT_NAMES}
+    head = SpanLabelerHead(encoder.config.initializer_range, name="spans")
+    return keras.Model(inputs, head(encoder(inputs)["sequence_output"]), name="squad")
+
+
+def train_dataset(split, spans, batch_size):
+    """Shuffled batches of windows with their start/end targets, padded to their longest."""
+    pairs = tf.data.Dataset.from_tensor_slices(
+        (split.texts["question"], split.texts["context"], split.labels))
+    pairs = pairs.shuffle(len(split), seed=FLAGS.seed, reshuffle_each_iteration=True)
+
+    def to_windows(questions, contexts, answers):
+        w = spans.windows(questions, contexts, answers[:, 0], answers[:, 1])
+        return ({n: w[n] for n in INPUT_NAMES},
+                {"start_logits": w["start_positions"], "end_logits": w["end_positions"]})
+
+    windows = pairs.batch(256).map(to_windows, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    windows = windows.shuffle(4 * batch_size, seed=FLAGS.seed)
+    if FLAGS.bucket_by_length:
+        bounds = list(range(64, spans.max_seq_length, 64))
+        windows = windows.bucket_by_sequence_length(
+            lambda inputs, _: tf.reduce_sum(inputs["input_mask"]), bounds,
+            [batch_size] * (len(bounds) + 1))  # fmt: skip
+    else:
+        windows = windows.padded_batch(batch_size)
+    return windows.prefetch(tf.data.AUTOTUNE)
+
+
+def count_windows(split, spans):
+    batches = tf.data.Dataset.from_tensor_slices(split.texts).batch(256)
+    return sum(int(tf.size(spans.windows(b["question"], b["context"])["example"]))
+               for b in batches)  # fmt: skip
+
+
+def predict(model, spans, split, null_score_diff_threshold=None):
+    """Runs the in-graph pipeline over a split. Returns (predictions, nbest, null_odds)."""
+    answer = tf.function(lambda q, c: spans.answer(model, q, c, null_score_diff_threshold),
+                         reduce_retracing=True)  # fmt: skip
+    predictions, nbest, null_odds = {}, {}, {}
+    size = FLAGS.eval_batch_size
+    progress = keras.utils.Progbar(len(split), unit_name="question")
+    for i in range(0, len(split), size):
+        contexts = split.texts["context"][i : i + size]
+        result = answer(tf.constant(split.texts["question"][i : i + size]), tf.constant(contexts))
+        result = tf.nest.map_structure(lambda t: t.numpy(), result)
+        for j, qid in enumerate(split.ids[i : i + size]):
+            predictions[qid] = result["answer"][j].decode("utf-8")
+            nbest[qid], null_odds[qid] = n_best_list(
+                contexts[j], result["candidates"], j, null_score_diff_threshold is not None)
+        progress.add(len(contexts))
+    return predictions, nbest, null_odds
+
+
+def n_best_list(context, candidates, row, version_2):
+    """The n_best_size distinct answer texts of one question, best first, with probabilities
+    (a softmax over the list, as the original); v2.0 adds the empty answer at [CLS]'s score.
+    Returns (entries, null score minus the best span's score)."""
+    entries, seen = [], set()
+    for score, start, end in zip(candidates["scores"][row], candidates["char_starts"][row],
+                                 candidates["char_ends"][row]):  # fmt: skip
+        text = context[start:end]
+        if start >= 0 and text not in seen and len(entries) < FLAGS.n_best_size:
+            seen.add(text)
+            entries.append({"text": text, "score": float(score), "start": int(start),
+                            "end": int(end)})  # fmt: skip
+    null_score = float(candidates["null_score"][row])
+    best = entries[0]["score"] if entries else -np.inf
+    if version_2 and "" not in seen:
+        entries.append({"text": "", "score": null_score, "start": -1, "end": -1})
+        entries.sort(key=lambda e: -e["score"])
+    scores = np.array([e["score"] for e in entries])
+    probabilities = np.exp(scores - scores.max()) if entries else scores
+    for entry, p in zip(entries, probabilities / max(probabilities.sum(), 1e-30)):
+        entry["probability"] = float(p)
+    return entries, null_score - best
+
+
+class SquadMetrics(common.DevMetrics):
+    """The official scores of --predict_file after each epoch."""
+
+    def __init__(self, spans, split, data, output_dir, write):
+        super().__init__({}, None, output_dir, write)
+        self.spans, self.split, self.data = spans, split, data
+        self.threshold = FLAGS.null_score_diff_threshold if FLAGS.version_2_with_negative else None
+
+    def evaluate(self):
+        predictions, _, null_odds = predict(self.model, self.spans, self.split, self.threshold)
+        odds = null_odds if self.threshold is not None else None
+        return {"dev": squad_metrics.evaluate(subset(self.data, self.split.ids), predictions,
+                                              odds, FLAGS.null_score_diff_threshold)}  # fmt: skip
+
+
+def write_predictions(output_dir, predictions, nbest, null_odds):
+    common.write_json(os.path.join(output_dir, "predictions.json"), predictions)
+    common.write_json(os.path.join(output_dir, "nbest_predictions.json"), nbest)
+    if FLAGS.version_2_with_negative:
+        common.write_json(os.path.join(output_dir, "null_odds.json"), null_odds)
+
+
+def run():
+    output_dir = FLAGS.output_dir or os.path.join("runs", "squad")
+    strategy = common.create_strategy()
+    with strategy.scope():
+        encoder, tokenizer = common.load_pretrained()
+        model = span_model(encoder)
+    spans = SpanWindows(tokenizer, FLAGS.max_seq_length, FLAGS.max_query_length,
+                        FLAGS.doc_stride, FLAGS.n_best_size, FLAGS.max_answer_length)  # fmt: skip
+    chief = common.is_chief(strategy)
+    dev = dev_data = None
+    if FLAGS.predict_file:
+        dev_data = read_squad(FLAGS.predict_file)
+        dev = questions_of(dev_data, FLAGS.predict_file).head(FLAGS.max_eval_examples)
+        log_long_questions(dev, tokenizer, FLAGS.predict_file)
+    evaluator = SquadMetrics(spans, dev, dev_data, output_dir, write=chief)
+    if FLAGS.do_train:
+        if not FLAGS.train_file:
+            raise app.UsageError("pass --train_file, or --nodo_train")
+        train = questions_of(read_squad(FLAGS.train_file), FLAGS.train_file, training=True,
+                             version_2=FLAGS.version_2_with_negative)  # fmt: skip
+        train = train.head(FLAGS.max_train_examples)
+        log_long_questions(train, tokenizer, FLAGS.train_file)
+        windows = count_windows(train, spans)
+        logging.info("%d training questions in %d windows", len(train), windows)
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        common.fit(model, strategy, train_dataset(train, spans, FLAGS.train_batch_size),
+                   steps_per_epoch=int(np.ceil(windows / FLAGS.train_batch_size)),
+                   loss={"start_logits": loss, "end_logits": loss}, metrics=None,
+                   loss_weights={"start_logits": 0.5, "end_logits": 0.5},
+                   callbacks=[evaluator] if dev and FLAGS.do_eval else [],
+                   output_dir=output_dir)  # fmt: skip
+        common.save_run(common.run_dir_of(strategy, output_dir), model, tokenizer, {
+            "task": "SQuAD", "version_2_with_negative": FLAGS.version_2_with_negative,
+            **{name: FLAGS[name].value for name in ("max_query_length", "doc_stride",
+               "n_best_size", "max_answer_length", "null_score_diff_threshold")}})  # fmt: skip
+    if not dev:
+        return {}
+    threshold = FLAGS.null_score_diff_threshold if FLAGS.version_2_with_negative else None
+    predictions, nbest, null_odds = predict(model, spans, dev, threshold)
+    if chief:
+        write_predictions(output_dir, predictions, nbest, null_odds)
+    if not has_answers(dev_data):
+        return {}
+    odds = null_odds if FLAGS.version_2_with_negative else None
+    return squad_metrics.evaluate(subset(dev_data, dev.ids), predictions, odds,
+                                  FLAGS.null_score_diff_threshold)  # fmt: skip
+
+
+def has_answers(data):
+    return any(q.get("answers") or q.get("is_impossible") for a in data for p in a["paragraphs"]
+               for q in p["qas"])  # fmt: skip
+
+
+def subset(data, ids):
+    """The articles of `data` with only the questions in `ids`."""
+    ids = set(ids)
+    return [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in ids]}
+                                 for p in a["paragraphs"]]} for a in data]  # fmt: skip
+
+
+def log_long_questions(split, tokenizer, path):
+    lengths = tokenizer(tf.constant(split.texts["question"])).row_lengths().numpy()
+    long = int(np.sum(lengths > FLAGS.max_query_length))
+    if long:
+        logging.warning("%s: %d questions are longer than --max_query_length=%d tokens and are "
+                        "cut", path, long, FLAGS.max_query_length)  # fmt: skip
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.info("scores: %s", run())
+
+
+if __name__ == "__main__":
+    FLAGS.set_default("max_seq_length", 384)
+    app.run(main)

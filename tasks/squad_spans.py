@@ -1,0 +1,198 @@
+"""SQuAD inside the graph: question and passage strings become windows of encoder inputs, and
+the model's start and end logits over those windows become answer spans in the passage.
+
+The fine-tuning binary (training targets, evaluation) and the exported SavedModel both use
+this one implementation, so a served answer is the answer the evaluation scored.
+
+Windows follow the original run_squad.py: the question is cut to `max_query_length` tokens,
+the passage is split into windows of the tokens left over, each starting `doc_stride` tokens
+after the last, and a passage token counts as an answer start only in the window where it has
+the most context (min of tokens to its left and right, plus 0.01 x window length; the first such
+window on ties). Positions are character offsets into the passage, from the tokenizer.
+"""
+
+import tensorflow as tf
+
+from keras_bert.encoder import INPUT_NAMES
+from keras_bert.tokenizer import BertPacker
+
+NO_POSITION = tf.constant(-1, tf.int64)  # character offset of positions off the passage
+
+
+class SpanWindows:
+    """Builds windows and decodes spans; every method runs eagerly or inside tf.function."""
+
+    def __init__(self, tokenizer, max_seq_length=384, max_query_length=64, doc_stride=128,
+                 n_best_size=20, max_answer_length=30):  # fmt: skip
+        if max_query_length + 4 > max_seq_length:
+            raise ValueError(f"max_query_length ({max_query_length}) leaves no room for the "
+                             f"passage in max_seq_length ({max_seq_length}) tokens")  # fmt: skip
+        if doc_stride < 1:
+            raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
+        self.tokenizer = tokenizer
+        self.packer = BertPacker.from_tokenizer(tokenizer, sequence_length=max_seq_length)
+        self.max_seq_length = max_seq_length
+        self.max_query_length = max_query_length
+        self.doc_stride = doc_stride
+        self.n_best_size = n_best_size
+        self.max_answer_length = max_answer_length
+
+    def windows(self, questions, contexts, answer_starts=None, answer_ends=None):
+        """Splits each (question, passage) pair into windows.
+
+        Args:
+          questions, contexts: tf.string (batch,).
+          answer_starts, answer_ends: optional int (batch,) character span [start, end) of
+            the answer in the passage; start -1 for no answer. Gives training targets.
+
+        Returns a dict over windows (`windows` >= batch): the encoder inputs, int32
+        (windows, seq); `example` int64 (windows,), the pair each window comes from;
+        `char_starts` and `char_ends` int64 (windows, seq), the passage characters of each
+        position (-1 off the passage); `max_context` bool (windows, seq); with
+        answers also `start_positions` and `end_positions` int32 (windows,), 0 ([CLS]) when
+        the answer is not inside the window.
+        """
+        question_ids = self.tokenizer(questions)[:, : self.max_query_length]
+        context_ids, char_starts, char_ends = self.tokenizer.tokenize_with_offsets(contexts)
+        query_lengths = question_ids.row_lengths()
+        doc_lengths = context_ids.row_lengths()
+        room = self.max_seq_length - 3 - query_lengths  # passage tokens per window
+        step = tf.minimum(room, self.doc_stride)
+        counts = 1 + tf.maximum(doc_lengths - room + step - 1, 0) // step  # windows per pair
+        example = tf.repeat(tf.range(tf.size(counts, tf.int64)), counts)  # (windows,)
+        index = tf.ragged.range(counts).flat_values  # window number within its pair
+        starts = index * tf.gather(step, example)
+        lengths = tf.minimum(tf.gather(room, example), tf.gather(doc_lengths, example) - starts)
+        positions = tf.ragged.range(starts, starts + tf.maximum(lengths, 0))  # (windows, (tok))
+        flat = positions + tf.gather(context_ids.row_starts(), example)[:, None]
+        inputs = self.packer(tf.gather(question_ids, example),
+                             tf.gather(context_ids.flat_values, flat))  # fmt: skip
+        shape = tf.shape(inputs["input_word_ids"], out_type=tf.int64)
+        prefix_lengths = tf.gather(query_lengths, example) + 2  # [CLS] question [SEP]
+
+        def on_positions(values):  # passage-token values -> (windows, seq)
+            prefix = tf.ragged.range(prefix_lengths) * 0 + NO_POSITION
+            return tf.concat([prefix, values], axis=1).to_tensor(NO_POSITION, shape=shape)
+
+        result = {
+            **inputs,
+            "example": example,
+            "char_starts": on_positions(tf.gather(char_starts.flat_values, flat)),
+            "char_ends": on_positions(tf.gather(char_ends.flat_values, flat)),
+            "max_context": on_positions(tf.cast(self._max_context(
+                positions, example, index, step, room, doc_lengths, counts), tf.int64)) > 0,
+        }  # fmt: skip
+        if answer_starts is not None:
+            first, last = _answer_tokens(char_starts, char_ends, answer_starts, answer_ends)
+            first, last = tf.gather(first, example), tf.gather(last, example)
+            answerable = tf.gather(tf.cast(answer_starts, tf.int64) >= 0, example)
+            inside = answerable & (first <= last) & (first >= starts) & (last < starts + lengths)
+            result["start_positions"] = tf.cast(
+                tf.where(inside, first - starts + prefix_lengths, 0), tf.int32)
+            result["end_positions"] = tf.cast(
+                tf.where(inside, last - starts + prefix_lengths, 0), tf.int32)
+        return result
+
+    @staticmethod
+    def _max_context(positions, example, index, step, room, doc_lengths, counts):
+        """bool ragged (windows, (tokens)): whether each window token has its most context in
+        this window, compared with every window of its pair."""
+        token_example = tf.gather(example, positions.value_rowids())
+        p = positions.flat_values[:, None]  # (tokens, 1) passage position
+        k = tf.range(tf.reduce_max(counts))[None, :]  # (1, windows of the longest pair)
+        start = k * tf.gather(step, token_example)[:, None]
+        length = tf.minimum(tf.gather(room, token_example)[:, None],
+                            tf.gather(doc_lengths, token_example)[:, None] - start)  # fmt: skip
+        valid = (k < tf.gather(counts, token_example)[:, None]) & (p >= start) & (
+            p < start + length)
+        score = tf.cast(tf.minimum(p - start, start + length - 1 - p), tf.float64) + 0.01 * (
+            tf.cast(length, tf.float64))
+        score = tf.where(valid, score, -float("inf"))
+        best = tf.reduce_max(score, axis=1, keepdims=True)
+        first_best = tf.reduce_min(tf.where(score == best, k, tf.int64.max), axis=1)
+        own = tf.gather(index, positions.value_rowids())
+        return positions.with_flat_values(first_best == own)
+
+    def decode(self, windows, start_logits, end_logits):
+        """The best spans of each pair.
+
+        Args:
+          windows: the dict `windows()` returned.
+          start_logits, end_logits: float32 (windows, seq).
+
+        Returns a dict over pairs: `scores` float32 (batch, n_best) of start + end logits,
+        best first, -inf where there are fewer candidates; `char_starts`, `char_ends` int64
+        (batch, n_best) the span's characters [start, end) in the passage; `null_score`
+        float32 (batch,), the smallest [CLS] start + end logit over the pair's windows.
+        A candidate starts at a passage token in its window of most context, ends at a
+        passage token of the same window, not before the start, and spans at most
+        `max_answer_length` tokens.
+        """
+        on_passage = windows["char_starts"] >= 0
+        neg_inf = tf.constant(-float("inf"), tf.float32)
+        k = tf.minimum(self.n_best_size, tf.shape(start_logits)[1])
+        top_start = tf.math.top_k(tf.where(on_passage & windows["max_context"],
+                                           start_logits, neg_inf), k)  # fmt: skip
+        top_end = tf.math.top_k(tf.where(on_passage, end_logits, neg_inf), k)
+        scores = top_start.values[:, :, None] + top_end.values[:, None, :]  # (windows, k, k)
+        span = top_end.indices[:, None, :] - top_start.indices[:, :, None] + 1
+        valid = (span >= 1) & (span <= self.max_answer_length) & (scores > neg_inf)
+        scores = tf.reshape(tf.where(valid, scores, neg_inf), [tf.shape(scores)[0], -1])
+        starts = tf.gather(windows["char_starts"], top_start.indices, batch_dims=1)
+        ends = tf.gather(windows["char_ends"], top_end.indices, batch_dims=1)
+        starts = tf.reshape(tf.broadcast_to(starts[:, :, None], tf.shape(valid)), tf.shape(scores))
+        ends = tf.reshape(tf.broadcast_to(ends[:, None, :], tf.shape(valid)), tf.shape(scores))
+
+        def per_pair(values, fill):  # (windows, k * k) -> (batch, candidates of all windows)
+            ragged = tf.RaggedTensor.from_value_rowids(values, windows["example"])
+            return ragged.merge_dims(1, 2).to_tensor(fill)
+
+        pair_scores = per_pair(scores, neg_inf)
+        n_best = tf.minimum(self.n_best_size, tf.shape(pair_scores)[1])
+        best = tf.math.top_k(pair_scores, n_best)
+        found = best.values > neg_inf
+
+        def ranked(values):  # candidates in score order; NO_POSITION where there are none
+            values = tf.gather(per_pair(values, NO_POSITION), best.indices, batch_dims=1)
+            return tf.where(found, values, NO_POSITION)
+
+        null = start_logits[:, 0] + end_logits[:, 0]
+        return {
+            "scores": best.values,
+            "char_starts": ranked(starts),
+            "char_ends": ranked(ends),
+            "null_score": tf.math.segment_min(null, windows["example"]),
+        }
+
+    def answer(self, model, questions, contexts, null_score_diff_threshold=None):
+        """Questions and passages in, best answers out: the whole pipeline of an export.
+
+        Returns a dict over pairs: `answer` tf.string, `start` and `end` int64 character
+        offsets in the passage (-1 when there is none), `score` float32 (start + end logit),
+        and with a threshold (SQuAD 2.0) `no_answer` bool, true when [CLS]'s score beats the
+        best span's by more than the threshold. `candidates` holds decode()'s n-best.
+        """
+        contexts = tf.strings.unicode_transcode(contexts, "UTF-8", "UTF-8", errors="replace")
+        windows = self.windows(questions, contexts)
+        logits = model({name: windows[name] for name in INPUT_NAMES}, training=False)
+        best = self.decode(windows, logits["start_logits"], logits["end_logits"])
+        start, end, score = best["char_starts"][:, 0], best["char_ends"][:, 0], best["scores"][:, 0]
+        empty = start < 0
+        result = {"start": start, "end": end, "score": score, "candidates": best}
+        if null_score_diff_threshold is not None:
+            result["no_answer"] = empty = empty | (
+                best["null_score"] - score > null_score_diff_threshold)
+        text = tf.strings.substr(contexts, tf.maximum(start, 0), tf.maximum(end - start, 0),
+                                 unit="UTF8_CHAR")  # fmt: skip
+        result.update(answer=tf.where(empty, "", text), start=tf.where(empty, NO_POSITION, start),
+                      end=tf.where(empty, NO_POSITION, end))  # fmt: skip
+        return result
+
+
+def _answer_tokens(char_starts, char_ends, answer_starts, answer_ends):
+    """int64 (batch,) first and last passage token overlapping each answer's characters."""
+    answer_starts = tf.cast(answer_starts, tf.int64)[:, None]
+    answer_ends = tf.cast(answer_ends, tf.int64)[:, None]
+    first = tf.reduce_sum(tf.cast(char_ends <= answer_starts, tf.int64), axis=1)
+    last = tf.reduce_sum(tf.cast(char_starts < answer_ends, tf.int64), axis=1) - 1
+    return first, last

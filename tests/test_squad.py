@@ -1,0 +1,281 @@
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import DATA
+
+from exports import export
+from keras_bert.tokenizer import BertTokenizer
+from tasks import squad, squad_metrics
+from tasks.squad_spans import SpanWindows
+
+SQUAD = os.path.join(DATA, "squad")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(minilm_dir):
+    return BertTokenizer(os.path.join(minilm_dir, "vocab.txt"))
+
+
+def reference_windows(num_tokens, room, stride):
+    """The original run_squad.py loop over doc spans: (start, length) pairs."""
+    spans, start = [], 0
+    while start < num_tokens:
+        length = min(num_tokens - start, room)
+        spans.append((start, length))
+        if start + length == num_tokens:
+            break
+        start += min(length, stride)
+    return spans or [(0, 0)]
+
+
+def reference_max_context(spans, index, position):
+    """The original _check_is_max_context."""
+    best_score, best_index = None, None
+    for i, (start, length) in enumerate(spans):
+        end = start + length - 1
+        if position < start or position > end:
+            continue
+        score = min(position - start, end - position) + 0.01 * length
+        if best_score is None or score > best_score:
+            best_score, best_index = score, i
+    return best_index == index
+
+
+PASSAGES = [
+    "The Normans were the people who in the 10th and 11th centuries gave their name to "
+    "Normandy, a region in France. They were descended from Norse raiders and pirates from "
+    "Denmark, Iceland and Norway who, under their leader Rollo, agreed to swear fealty to "
+    "King Charles III of West Francia.",
+    "Short passage.",
+    "",
+    "word " * 57,
+]
+QUESTIONS = ["Who were the Normans?", "What? " * 20, "Empty?", "How many words are there here?"]
+
+
+@pytest.mark.parametrize("stride", [5, 8, 40])
+def test_windows_follow_the_original_doc_spans_and_max_context(tokenizer, stride):
+    spans = SpanWindows(tokenizer, max_seq_length=32, max_query_length=9, doc_stride=stride)
+    windows = {k: v.numpy() for k, v in
+               spans.windows(tf.constant(QUESTIONS), tf.constant(PASSAGES)).items()}  # fmt: skip
+    row = 0
+    for example, (question, passage) in enumerate(zip(QUESTIONS, PASSAGES)):
+        question_ids = tokenizer(tf.constant([question]))[0].numpy()[:9].tolist()
+        doc_ids, starts, ends = (t[0].numpy() for t in tokenizer.tokenize_with_offsets([passage]))
+        room = 32 - 3 - len(question_ids)
+        expected_spans = reference_windows(len(doc_ids), room, stride)
+        for index, (start, length) in enumerate(expected_spans):
+            assert windows["example"][row] == example
+            expected = (
+                [tokenizer.cls_id]
+                + question_ids
+                + [tokenizer.sep_id]
+                + (doc_ids[start : start + length].tolist() + [tokenizer.sep_id])
+            )
+            ids = windows["input_word_ids"][row]
+            assert ids[: len(expected)].tolist() == expected
+            assert not ids[len(expected) :].any()
+            offset = len(question_ids) + 2
+            passage_positions = slice(offset, offset + length)
+            assert windows["char_starts"][row][passage_positions].tolist() == (
+                starts[start : start + length].tolist()
+            )
+            assert windows["char_ends"][row][passage_positions].tolist() == (
+                ends[start : start + length].tolist()
+            )
+            assert (windows["char_starts"][row][:offset] == -1).all()
+            assert windows["max_context"][row][passage_positions].tolist() == [
+                reference_max_context(expected_spans, index, start + j) for j in range(length)
+            ]
+            assert not windows["max_context"][row][:offset].any()
+            row += 1
+    assert row == len(windows["example"])
+
+
+def test_answer_positions_point_at_the_answer_or_at_cls(tokenizer):
+    spans = SpanWindows(tokenizer, max_seq_length=24, max_query_length=6, doc_stride=6)
+    passage = PASSAGES[0]
+    answer = "Denmark, Iceland and Norway"
+    start = passage.index(answer)
+    windows = spans.windows(
+        tf.constant(["Where from?"] * 2),
+        tf.constant([passage] * 2),
+        tf.constant([start, -1]),
+        tf.constant([start + len(answer), -1]),
+    )
+    windows = {k: v.numpy() for k, v in windows.items()}
+    inside = 0
+    for row in range(len(windows["example"])):
+        first, last = windows["start_positions"][row], windows["end_positions"][row]
+        if windows["example"][row] == 1 or first == 0:  # no answer, or not in this window
+            assert first == last == 0
+            continue
+        inside += 1
+        span = passage[windows["char_starts"][row][first] : windows["char_ends"][row][last]]
+        assert span == answer
+    assert inside >= 2  # the answer lies in several overlapping windows
+
+
+def test_decode_picks_the_best_allowed_span(tokenizer):
+    spans = SpanWindows(tokenizer, max_seq_length=40, max_query_length=8, doc_stride=16,
+                        n_best_size=5, max_answer_length=2)  # fmt: skip
+    passage = "red blue green black white brown pink gray"
+    windows = spans.windows(tf.constant(["which?"]), tf.constant([passage]))
+    seq = windows["input_word_ids"].shape[1]
+    start, end = np.full((1, seq), -100.0, "float32"), np.full((1, seq), -100.0, "float32")
+    word = lambda i: 4 + i  # noqa: E731  ([CLS] which ? [SEP] come first)
+    start[0, word(1)], end[0, word(7)] = 9.0, 9.0  # blue .. gray: 7 tokens, too long
+    start[0, word(5)], end[0, word(6)] = 5.0, 5.0  # brown pink: 10, the best allowed
+    start[0, 0], end[0, 0] = 1.0, 2.0  # [CLS]
+    best = {k: v.numpy() for k, v in spans.decode(windows, start, end).items()}
+    s, e = best["char_starts"][0, 0], best["char_ends"][0, 0]
+    assert passage[s:e] == "brown pink"
+    assert best["scores"][0, 0] == 10.0 and best["scores"][0, 1] == -91.0
+    assert best["null_score"][0] == pytest.approx(3.0)
+
+
+def test_decode_skips_starts_outside_their_window_of_most_context(tokenizer):
+    spans = SpanWindows(tokenizer, max_seq_length=12, max_query_length=2, doc_stride=3,
+                        n_best_size=3, max_answer_length=1)  # fmt: skip
+    passage = "one two three four five six seven eight nine ten"
+    windows = {k: v.numpy() for k, v in
+               spans.windows(tf.constant(["q"]), tf.constant([passage])).items()}  # fmt: skip
+    assert len(windows["example"]) > 1
+    start = np.zeros(windows["input_word_ids"].shape, "float32")
+    end = np.zeros_like(start)
+    # In window 0, favour its last passage token, which has more context in window 1.
+    assert len(windows["example"]) == 2
+    last = int(np.argmax(windows["char_starts"][0]))
+    assert not windows["max_context"][0][last]
+    start[0, last] = end[0, last] = 50.0
+    start[:, 0] = [4.0, -2.0]
+    best = spans.decode(windows, start, end)
+    assert best["scores"].numpy()[0, 0] < 50.0
+    assert best["null_score"].numpy()[0] == pytest.approx(-2.0)
+
+
+def write_json(path, value):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f)
+    return str(path)
+
+
+def test_misplaced_answers_and_empty_passages_are_skipped_and_counted(tmp_path, caplog):
+    qa = lambda i, start, text: {"id": f"q{i}", "question": "what?",  # noqa: E731
+                                 "answers": [{"text": text, "answer_start": start}]}  # fmt: skip
+    data = [{"title": "t", "paragraphs": [
+        {"context": "The cat sat.", "qas": [qa(1, 4, "cat"), qa(2, 5, "cat"), qa(3, 0, "The")]},
+        {"context": "  ", "qas": [qa(4, 0, " ")]}]}]  # fmt: skip
+    path = write_json(tmp_path / "train.json", {"data": data})
+    with caplog.at_level(logging.WARNING):
+        split = squad.questions_of(squad.read_squad(path), path, training=True)
+    assert split.ids == ["q1", "q3"]
+    assert split.labels.tolist() == [[4, 7], [0, 3]]
+    assert "skipped 1 questions (answer_start does not match the answer text)" in caplog.text
+    assert "skipped 1 questions (empty passage)" in caplog.text
+    # At prediction every question is kept; the empty passage gets the empty answer.
+    assert squad.questions_of(squad.read_squad(path), path).ids == ["q1", "q2", "q3", "q4"]
+
+
+def test_bad_squad_files_are_refused_with_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        squad.read_squad(str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"data": [\n{"title": }]}')
+    with pytest.raises(ValueError, match=r"bad.json:2: not valid JSON"):
+        squad.read_squad(str(bad))
+    with pytest.raises(ValueError, match="no top-level 'data'"):
+        squad.read_squad(write_json(tmp_path / "other.json", [1, 2]))
+    no_answer = {"data": [{"paragraphs": [{"context": "x", "qas": [
+        {"id": "q", "question": "?", "answers": []}]}]}]}  # fmt: skip
+    path = write_json(tmp_path / "v1.json", no_answer)
+    with pytest.raises(ValueError, match="question q has no answer"):
+        squad.questions_of(squad.read_squad(path), path, training=True)
+    (tmp_path / "latin1.json").write_bytes('{"data": ["café"]}'.encode("latin-1"))
+    with pytest.raises(ValueError, match="not valid UTF-8"):
+        squad.read_squad(str(tmp_path / "latin1.json"))
+
+
+SMALL = dict(max_seq_length=64, max_query_length=16, doc_stride=24, num_train_epochs=1.0,
+             train_batch_size=16, eval_batch_size=8, learning_rate=1e-3)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def squad_v2_run(tmp_path_factory, tiny_checkpoint):
+    from absl import flags
+    from absl.testing import flagsaver
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+    run_dir = str(tmp_path_factory.mktemp("squad_v2"))
+    with flagsaver.flagsaver(train_file=os.path.join(SQUAD, "train-v2.0.json"),
+                             predict_file=os.path.join(SQUAD, "dev-v2.0.json"),
+                             version_2_with_negative=True, output_dir=run_dir,
+                             init_checkpoint=tiny_checkpoint, **SMALL):  # fmt: skip
+        scores = squad.run()
+    return run_dir, scores
+
+
+def read(run_dir, name):
+    with open(os.path.join(run_dir, name), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_squad_v2_writes_prediction_files_that_reproduce_its_scores(squad_v2_run):
+    run_dir, scores = squad_v2_run
+    predictions, nbest = read(run_dir, "predictions.json"), read(run_dir, "nbest_predictions.json")
+    null_odds = read(run_dir, "null_odds.json")
+    data = squad.read_squad(os.path.join(SQUAD, "dev-v2.0.json"))
+    assert (
+        set(predictions)
+        == set(nbest)
+        == set(null_odds)
+        == {q["id"] for a in data for p in a["paragraphs"] for q in p["qas"]}
+    )
+    assert squad_metrics.evaluate(data, predictions, null_odds, 0.0) == scores
+    assert scores["total"] == 28 and scores["NoAns_total"] == 14
+    for qid, entries in nbest.items():
+        assert sum(e["probability"] for e in entries) == pytest.approx(1.0, abs=1e-6)
+        assert [e["score"] for e in entries] == sorted((e["score"] for e in entries), reverse=True)
+        assert len({e["text"] for e in entries}) == len(entries)
+        assert (predictions[qid] == "") == (null_odds[qid] > 0.0)
+        if predictions[qid]:
+            best = next(e for e in entries if e["text"])
+            assert predictions[qid] == best["text"]
+    assert {"exact", "f1", "best_f1", "best_f1_thresh"} <= set(read(run_dir, "metrics.json")[-1]
+                                                              ["dev"])  # fmt: skip
+
+
+def test_squad_export_serves_the_python_answers(squad_v2_run, tmp_path):
+    run_dir, _ = squad_v2_run
+    path = export.export_run(run_dir, str(tmp_path / "exported"))
+    data = squad.read_squad(os.path.join(SQUAD, "dev-v2.0.json"))
+    questions = [(q["id"], q["question"], p["context"]) for a in data for p in a["paragraphs"]
+                 for q in p["qas"]]  # fmt: skip
+    script = (
+        "import json, sys, tensorflow as tf, tensorflow_text\n"
+        "assert 'keras_bert' not in sys.modules and 'tasks' not in sys.modules\n"
+        "qs = json.loads(sys.stdin.read())\n"
+        "f = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+        "out = f(question=tf.constant([q[1] for q in qs]),\n"
+        "        context=tf.constant([q[2] for q in qs]))\n"
+        "print(json.dumps({k: [x.decode() if isinstance(x, bytes) else x.item() "
+        "for x in v.numpy()] for k, v in out.items()}))\n"
+    )  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", script, path], input=json.dumps(questions),
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    served = json.loads(result.stdout.strip().splitlines()[-1])
+    predictions = read(run_dir, "predictions.json")
+    assert served["answer"] == [predictions[q[0]] for q in questions]
+    for (_, _, context), answer, start, end, no_answer in zip(
+        questions, served["answer"], served["start"], served["end"], served["no_answer"]
+    ):
+        assert no_answer == (answer == "")
+        assert context[start:end] == answer if start >= 0 else answer == ""
