@@ -28,9 +28,12 @@ from tasks import common
 from tasks.ner_tagging import IGNORE, WordTagger
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("train_file", None, "CoNLL file to train on (word ... tag per line).")
-flags.DEFINE_string("dev_file", None, "CoNLL file to score after each epoch.")
-flags.DEFINE_string("test_file", None, "CoNLL file to predict (and score) at the end.")
+# allow_override: tasks.swag and tasks.squad use the same names (tests import them together).
+flags.DEFINE_string("train_file", None, "CoNLL file to train on (word ... tag per line).",
+                    allow_override=True)
+flags.DEFINE_string("dev_file", None, "CoNLL file to score after each epoch.", allow_override=True)
+flags.DEFINE_string("test_file", None, "CoNLL file to predict (and score) at the end.",
+                    allow_override=True)
 flags.adopt_module_key_flags(common)
 
 
@@ -143,12 +146,12 @@ def train_dataset(split, tagger, batch_size):
 
 def predict_tags(model, tagger, split):
     """The predicted IOB2 tags of every sentence's words, through the in-graph tagger."""
-    tag = tf.function(lambda sentences: tagger.tag(model, sentences)["word_tags"],
-                      reduce_retracing=True)  # fmt: skip
+    tag = tagger.compiled(model)
     names, predicted = np.array(tagger.tags), []
     progress = keras.utils.Progbar(len(split), unit_name="sentence")
     for i in range(0, len(split), FLAGS.eval_batch_size):
-        batch = tag(tf.constant(split.texts["sentence"][i : i + FLAGS.eval_batch_size]))
+        sentences = split.texts["sentence"][i : i + FLAGS.eval_batch_size]
+        batch = tag(tf.constant(sentences))["word_tags"]
         predicted += [names[row].tolist() for row in batch.numpy()]
         progress.add(len(batch.numpy()))
     return predicted

@@ -93,6 +93,13 @@ class WordTagger:
         word_tags = tf.RaggedTensor.from_row_lengths(word_tags, num_words)
         return {"word_tags": word_tags, **self.entities(words, word_tags)}
 
+    def compiled(self, model):
+        """tag() for `model` as a tf.function, traced once per model and kept."""
+        if getattr(self, "_compiled", (None,))[0] is not model:
+            self._compiled = (model, tf.function(lambda s: self.tag(model, s),
+                                                 reduce_retracing=True))  # fmt: skip
+        return self._compiled[1]
+
     def entities(self, words, word_tags):
         prefix = tf.gather(tf.constant([t[:1] for t in self.tags]), word_tags)
         kind = tf.gather(tf.constant([t[2:] for t in self.tags]), word_tags)

@@ -28,7 +28,9 @@ from tasks import common, squad_metrics
 from tasks.squad_spans import SpanWindows
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("train_file", None, "SQuAD JSON for training (v1.1 or v2.0 format).")
+# allow_override: tasks.swag and tasks.ner use the same name (tests import them together).
+flags.DEFINE_string("train_file", None, "SQuAD JSON for training (v1.1 or v2.0 format).",
+                    allow_override=True)
 flags.DEFINE_string("predict_file", None, "SQuAD JSON to predict (and score when it has answers).")
 flags.DEFINE_bool("version_2_with_negative", False, "SQuAD 2.0: questions may have no answer.")
 flags.DEFINE_integer("doc_stride", 128, "Tokens between the starts of a passage's windows.")
@@ -149,8 +151,7 @@ def count_windows(split, spans):
 
 def predict(model, spans, split, null_score_diff_threshold=None):
     """Runs the in-graph pipeline over a split. Returns (predictions, nbest, null_odds)."""
-    answer = tf.function(lambda q, c: spans.answer(model, q, c, null_score_diff_threshold),
-                         reduce_retracing=True)  # fmt: skip
+    answer = spans.compiled(model, null_score_diff_threshold)
     predictions, nbest, null_odds = {}, {}, {}
     size = FLAGS.eval_batch_size
     progress = keras.utils.Progbar(len(split), unit_name="question")

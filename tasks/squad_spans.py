@@ -164,6 +164,15 @@ class SpanWindows:
             "null_score": tf.math.segment_min(null, windows["example"]),
         }
 
+    def compiled(self, model, null_score_diff_threshold=None):
+        """answer() for `model` as a tf.function, traced once per model and kept."""
+        key = (model, null_score_diff_threshold)
+        if getattr(self, "_compiled", (None,))[0] != key:
+            self._compiled = (key, tf.function(
+                lambda q, c: self.answer(model, q, c, null_score_diff_threshold),
+                reduce_retracing=True))  # fmt: skip
+        return self._compiled[1]
+
     def answer(self, model, questions, contexts, null_score_diff_threshold=None):
         """Questions and passages in, best answers out: the whole pipeline of an export.
 
