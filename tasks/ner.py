@@ -10,8 +10,9 @@ entity becomes B-X). The tag set is the training file's. Each word's tag is lear
 on its first word piece; words past --max_seq_length get O. Scores are entity-level: an entity
 counts only with its exact span and type; precision, recall and F1 overall and per type.
 
-Writes metrics.json, TensorBoard logs, and for the dev and test files `<name>_predictions.txt`
-in the CoNLL evaluation script's input format (word, gold tag, predicted tag).
+Writes metrics.json, TensorBoard logs, and for the dev file (--do_eval) and the test file
+(--do_predict) `dev_predictions.txt` and `test_predictions.txt` in the CoNLL evaluation script's
+input format (word, gold tag, predicted tag), with their scores in the log.
 """
 
 import collections
@@ -31,8 +32,9 @@ FLAGS = flags.FLAGS
 # allow_override: tasks.swag and tasks.squad use the same names (tests import them together).
 flags.DEFINE_string("train_file", None, "CoNLL file to train on (word ... tag per line).",
                     allow_override=True)
-flags.DEFINE_string("dev_file", None, "CoNLL file to score after each epoch.", allow_override=True)
-flags.DEFINE_string("test_file", None, "CoNLL file to predict (and score) at the end.",
+flags.DEFINE_string("dev_file", None, "CoNLL file to score after each epoch (with --do_eval).",
+                    allow_override=True)
+flags.DEFINE_string("test_file", None, "CoNLL file to predict (and score) with --do_predict.",
                     allow_override=True)
 flags.adopt_module_key_flags(common)
 
@@ -190,17 +192,26 @@ def run():
         encoder, tokenizer = common.load_pretrained()
         model = tagger_model(encoder, len(tags))
     tagger = WordTagger(tokenizer, tags, FLAGS.max_seq_length)
-    splits = {name: read_conll(path).head(FLAGS.max_eval_examples) for name, path in
-              (("dev", FLAGS.dev_file), ("test", FLAGS.test_file)) if path}  # fmt: skip
+    wanted = (("dev", FLAGS.dev_file if FLAGS.do_eval else None),
+              ("test", FLAGS.test_file if FLAGS.do_predict else None))
+    splits = {name: read_conll(path).head(FLAGS.max_eval_examples) for name, path in wanted
+              if path}  # fmt: skip
     chief = common.is_chief(strategy)
     evaluator = NerMetrics(tagger, {k: v for k, v in splits.items() if k == "dev"}, output_dir,
                            write=chief)  # fmt: skip
     logging.info("%d training sentences, tags %s", len(train), tags)
+    for name, split in (("train", train), *splits.items()):
+        pieces = tokenizer(tf.constant(split.texts["sentence"])).row_lengths().numpy()
+        cut = int(np.sum(pieces > FLAGS.max_seq_length - 2))
+        if cut:
+            logging.warning("%d %s sentences have more than --max_seq_length=%d word pieces; "
+                            "their words past it are tagged O", cut, name,
+                            FLAGS.max_seq_length)  # fmt: skip
     common.fit(model, strategy, train_dataset(train, tagger, FLAGS.train_batch_size),
                steps_per_epoch=int(np.ceil(len(train) / FLAGS.train_batch_size)),
                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
                                                                ignore_class=IGNORE),
-               metrics=None, callbacks=[evaluator] if FLAGS.do_eval and "dev" in splits else [],
+               metrics=None, callbacks=[evaluator] if "dev" in splits else [],
                output_dir=output_dir)  # fmt: skip
     common.save_run(common.run_dir_of(strategy, output_dir), model, tokenizer,
                     {"task": "NER", "tags": tags})  # fmt: skip

@@ -3,9 +3,10 @@
     python -m tasks.squad --train_file=train-v1.1.json --predict_file=dev-v1.1.json \\
         --output_dir=runs/squad
 
-Flags keep the names of the original run_squad.py. Writes predictions.json, nbest_predictions.json
-and, with --version_2_with_negative, null_odds.json for --predict_file; when that file has gold
-answers, also its scores (metrics.json, TensorBoard logs/dev). Windows, answer positions and the
+Flags keep the names of the original run_squad.py. With --do_eval (the default) or --do_predict,
+writes predictions.json, nbest_predictions.json and, with --version_2_with_negative,
+null_odds.json for --predict_file; when that file has gold answers, also its scores (after each
+epoch with --do_eval: metrics.json, TensorBoard logs/dev). Windows, answer positions and the
 n-best search are the in-graph ones of tasks/squad_spans.py, shared with the export.
 
 Bad input: a training answer whose answer_start does not point at its text is skipped with a
@@ -248,7 +249,7 @@ def run():
             "task": "SQuAD", "version_2_with_negative": FLAGS.version_2_with_negative,
             **{name: FLAGS[name].value for name in ("max_query_length", "doc_stride",
                "n_best_size", "max_answer_length", "null_score_diff_threshold")}})  # fmt: skip
-    if not dev:
+    if not dev or not (FLAGS.do_eval or FLAGS.do_predict):
         return {}
     threshold = FLAGS.null_score_diff_threshold if FLAGS.version_2_with_negative else None
     predictions, nbest, null_odds = predict(model, spans, dev, threshold)

@@ -57,6 +57,12 @@ def test_encode_job_compares_sentences():
      ("tasks.glue", ["--task_name", "--data_dir", "--tfds", "--init_checkpoint", "--output_dir",
                      "--strategy", "--mixed_precision", "--learning_rate", "--bucket_by_length"]),
      ("tasks.swag", ["--train_file", "--dev_file", "--init_checkpoint", "--strategy"]),
+     ("tasks.squad", ["--train_file", "--predict_file", "--version_2_with_negative",
+                      "--max_seq_length", "--doc_stride", "--max_query_length", "--n_best_size",
+                      "--max_answer_length", "--null_score_diff_threshold", "--do_lower_case",
+                      "--init_checkpoint", "--output_dir"]),
+     ("tasks.ner", ["--train_file", "--dev_file", "--test_file", "--init_checkpoint",
+                    "--output_dir", "--max_seq_length"]),
      ("tasks.quickstart", ["--classify", "--task_name", "--learning_rate"]),
      ("exports.export", ["--run_dir", "--export_dir", "--model_name", "--hub_layout"])],
 )  # fmt: skip
