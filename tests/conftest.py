@@ -93,3 +93,14 @@ def flags_parsed():
         flags.FLAGS.mark_as_parsed()
     with flagsaver.flagsaver():
         yield flags.FLAGS
+
+
+def run_with_flags(run, **values):
+    """Calls a task's run() in this process with the given flag values, then restores them."""
+    from absl import flags
+    from absl.testing import flagsaver
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+    with flagsaver.flagsaver(**values):
+        return run()

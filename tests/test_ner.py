@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import DATA
+from conftest import DATA, run_with_flags
 
 from exports import export
 from keras_bert.tokenizer import BertTokenizer
@@ -118,20 +118,14 @@ def test_in_graph_entities_match_the_conll_reading_of_the_word_tags(tokenizer):
 
 @pytest.fixture(scope="module")
 def ner_run(tmp_path_factory, tiny_checkpoint):
-    from absl import flags
-    from absl.testing import flagsaver
-
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
     run_dir = str(tmp_path_factory.mktemp("ner"))
     # Scored on its own training sentences (in IOB2): the tiny model learns to tag some of them,
     # so that the export is compared with the Python path on real entities.
-    with flagsaver.flagsaver(train_file=os.path.join(CONLL, "eng.train"),
-                             dev_file=os.path.join(CONLL, "train.txt"), output_dir=run_dir,
-                             init_checkpoint=tiny_checkpoint, num_train_epochs=8.0,
-                             max_eval_examples=40, learning_rate=1e-2, train_batch_size=4,
-                             max_seq_length=64):  # fmt: skip
-        scores = ner.run()
+    scores = run_with_flags(ner.run, train_file=os.path.join(CONLL, "eng.train"),
+                            dev_file=os.path.join(CONLL, "train.txt"), output_dir=run_dir,
+                            init_checkpoint=tiny_checkpoint, num_train_epochs=8.0,
+                            max_eval_examples=40, learning_rate=1e-2, train_batch_size=4,
+                            max_seq_length=64)  # fmt: skip
     return run_dir, scores
 
 

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import DATA
+from conftest import DATA, run_with_flags
 
 from exports import export
 from keras_bert.tokenizer import BertTokenizer
@@ -208,17 +208,11 @@ SMALL = dict(max_seq_length=64, max_query_length=16, doc_stride=24, num_train_ep
 
 @pytest.fixture(scope="module")
 def squad_v2_run(tmp_path_factory, tiny_checkpoint):
-    from absl import flags
-    from absl.testing import flagsaver
-
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
     run_dir = str(tmp_path_factory.mktemp("squad_v2"))
-    with flagsaver.flagsaver(train_file=os.path.join(SQUAD, "train-v2.0.json"),
-                             predict_file=os.path.join(SQUAD, "dev-v2.0.json"),
-                             version_2_with_negative=True, output_dir=run_dir,
-                             init_checkpoint=tiny_checkpoint, **SMALL):  # fmt: skip
-        scores = squad.run()
+    scores = run_with_flags(squad.run, train_file=os.path.join(SQUAD, "train-v2.0.json"),
+                            predict_file=os.path.join(SQUAD, "dev-v2.0.json"),
+                            version_2_with_negative=True, output_dir=run_dir,
+                            init_checkpoint=tiny_checkpoint, **SMALL)  # fmt: skip
     return run_dir, scores
 
 
