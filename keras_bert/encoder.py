@@ -37,8 +37,12 @@ class BertEncoder(keras.Model):
         max_position_embeddings=512,
         type_vocab_size=2,
         initializer_range=0.02,
+        dtype=None,
         **kwargs,
     ):
+        # Blocks and pooler get the encoder's policy explicitly (recorded in get_config), so a
+        # mixed-precision encoder reloads as one whatever the global policy is at load time.
+        policy = keras.dtype_policies.get(dtype) if dtype else keras.config.dtype_policy()
         config = BertConfig(
             vocab_size=vocab_size,
             hidden_size=hidden_size,
@@ -73,11 +77,12 @@ class BertEncoder(keras.Model):
                 hidden_dropout_prob,
                 attention_probs_dropout_prob,
                 initializer_range,
+                dtype=policy,
                 name=f"layer_{i}",
             )
             for i in range(num_hidden_layers)
         ]
-        pooler = layers.BertPooler(hidden_size, initializer_range, name="pooler")
+        pooler = layers.BertPooler(hidden_size, initializer_range, dtype=policy, name="pooler")
 
         # === Graph ===
         inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in INPUT_NAMES}
@@ -95,6 +100,7 @@ class BertEncoder(keras.Model):
 
         # === Config ===
         self.config = config
+        self.policy = policy
         self.embeddings = embeddings
         self.transformer_layers = blocks
         self.pooler = pooler
@@ -104,7 +110,8 @@ class BertEncoder(keras.Model):
         return cls(**config)
 
     def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **self.config.to_dict()}
+        return {"name": self.name, "trainable": self.trainable, "dtype": self.policy.name,
+                **self.config.to_dict()}  # fmt: skip
 
     @classmethod
     def from_checkpoint(cls, path):

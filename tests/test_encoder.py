@@ -65,6 +65,18 @@ def test_keras_file_round_trip(tiny_encoder, tmp_path):
         np.testing.assert_array_equal(a[key], b[key])
 
 
+def test_mixed_precision_encoder_reloads_mixed_whatever_the_global_policy(tmp_path):
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    encoder = BertEncoder(**TINY)
+    inputs = random_inputs()
+    expected = encoder(inputs)["sequence_output"]
+    encoder.save(tmp_path / "encoder.keras")
+    keras.config.set_dtype_policy("float32")  # e.g. the exporter's process
+    restored = keras.saving.load_model(tmp_path / "encoder.keras")
+    assert restored.transformer_layers[0].dtype_policy.name == "mixed_bfloat16"
+    np.testing.assert_array_equal(restored(inputs)["sequence_output"], expected)
+
+
 def test_config_round_trip(tiny_encoder):
     clone = BertEncoder.from_config(tiny_encoder.get_config())
     assert clone.config == tiny_encoder.config == BertConfig(**TINY)
