@@ -215,6 +215,8 @@ def run():
                output_dir=output_dir)  # fmt: skip
     common.save_run(common.run_dir_of(strategy, output_dir), model, tokenizer,
                     {"task": "NER", "tags": tags})  # fmt: skip
+    # Predict with the saved model, the one an export serves (see tasks/squad.py).
+    model = common.load_run(common.run_dir_of(strategy, output_dir))[0]
     scores = {}
     for name, split in splits.items():
         predicted = predict_tags(model, tagger, split)

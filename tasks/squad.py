@@ -11,7 +11,8 @@ n-best search are the in-graph ones of tasks/squad_spans.py, shared with the exp
 
 Bad input: a training answer whose answer_start does not point at its text is skipped with a
 warning (the count is logged); training questions with an empty passage are skipped the same
-way; at prediction an empty passage gets the empty answer. Questions longer than
+way; at prediction an empty passage gets the empty answer. With --nodo_train, predicts with the
+finished run in --output_dir. Questions longer than
 --max_query_length tokens are cut (as the original does) and counted in the log.
 """
 
@@ -251,6 +252,13 @@ def run():
                "n_best_size", "max_answer_length", "null_score_diff_threshold")}})  # fmt: skip
     if not dev or not (FLAGS.do_eval or FLAGS.do_predict):
         return {}
+    run_dir = common.run_dir_of(strategy, output_dir)
+    if not os.path.isfile(os.path.join(run_dir, "run.json")):
+        raise app.UsageError(f"--nodo_train predicts with the finished run in --output_dir, and "
+                             f"{run_dir} has none")  # fmt: skip
+    # Predict with the saved model, the one an export serves, rather than the one in memory:
+    # their bfloat16 numbers can differ in the last bit, which flips near-tied answers.
+    model = common.load_run(run_dir)[0]
     threshold = FLAGS.null_score_diff_threshold if FLAGS.version_2_with_negative else None
     predictions, nbest, null_odds = predict(model, spans, dev, threshold)
     if chief:
