@@ -108,7 +108,7 @@ class ClassifierHead(keras.layers.Layer):
         self.num_classes = num_classes
         self.dropout_rate = dropout_rate
         self.initializer_range = initializer_range
-        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
         self.dense = keras.layers.Dense(
             num_classes,
             kernel_initializer=layers.initializer(initializer_range),

@@ -75,7 +75,7 @@ class BertEmbeddings(keras.layers.Layer):
             name="token_type_embeddings",
         )
         self.layer_norm = layer_norm("layer_norm")
-        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
 
     def build(self, input_shape=None):
         self.word_embeddings.build()
@@ -144,7 +144,7 @@ class BertSelfAttention(keras.layers.Layer):
         self.key = dense("key")
         self.value = dense("value")
         self.output_dense = dense("output_dense")
-        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
 
     def build(self, input_shape):
         for layer in (self.query, self.key, self.value, self.output_dense):
@@ -221,7 +221,9 @@ class BertTransformerBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="attention",
         )
-        self.attention_dropout = keras.layers.Dropout(hidden_dropout_prob, name="attention_dropout")
+        self.attention_dropout = keras.layers.Dropout(
+            hidden_dropout_prob, dtype=self.dtype_policy, name="attention_dropout"
+        )
         self.attention_layer_norm = layer_norm("attention_layer_norm")
         self.intermediate = keras.layers.Dense(
             intermediate_size,
@@ -236,7 +238,9 @@ class BertTransformerBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="output_dense",
         )
-        self.output_dropout = keras.layers.Dropout(hidden_dropout_prob, name="output_dropout")
+        self.output_dropout = keras.layers.Dropout(
+            hidden_dropout_prob, dtype=self.dtype_policy, name="output_dropout"
+        )
         self.output_layer_norm = layer_norm("output_layer_norm")
 
     def build(self, input_shape):

@@ -12,7 +12,8 @@ counts only with its exact span and type; precision, recall and F1 overall and p
 
 Writes metrics.json, TensorBoard logs, and for the dev file (--do_eval) and the test file
 (--do_predict) `dev_predictions.txt` and `test_predictions.txt` in the CoNLL evaluation script's
-input format (word, gold tag, predicted tag), with their scores in the log.
+input format (word, gold tag, predicted tag), with their scores in the log. With --nodo_train,
+predicts with the finished run in --output_dir.
 """
 
 import collections
@@ -181,42 +182,19 @@ def write_predictions(path, split, predicted):
 def run():
     output_dir = FLAGS.output_dir or os.path.join("runs", "ner")
     strategy = common.create_strategy()
-    if not FLAGS.do_train:
-        raise app.UsageError("tasks.ner trains; to tag with a finished run, export it "
-                             "(python -m exports.export --run_dir=...)")  # fmt: skip
-    if not FLAGS.train_file:
-        raise app.UsageError("pass --train_file")
-    train = read_conll(FLAGS.train_file).head(FLAGS.max_train_examples)
-    tags = ["O"] + sorted({t for sentence in train.labels for t in sentence} - {"O"})
-    with strategy.scope():
-        encoder, tokenizer = common.load_pretrained()
-        model = tagger_model(encoder, len(tags))
-    tagger = WordTagger(tokenizer, tags, FLAGS.max_seq_length)
+    chief, run_dir = common.is_chief(strategy), common.run_dir_of(strategy, output_dir)
     wanted = (("dev", FLAGS.dev_file if FLAGS.do_eval else None),
               ("test", FLAGS.test_file if FLAGS.do_predict else None))
     splits = {name: read_conll(path).head(FLAGS.max_eval_examples) for name, path in wanted
               if path}  # fmt: skip
-    chief = common.is_chief(strategy)
-    evaluator = NerMetrics(tagger, {k: v for k, v in splits.items() if k == "dev"}, output_dir,
-                           write=chief)  # fmt: skip
-    logging.info("%d training sentences, tags %s", len(train), tags)
-    for name, split in (("train", train), *splits.items()):
-        pieces = tokenizer(tf.constant(split.texts["sentence"])).row_lengths().numpy()
-        cut = int(np.sum(pieces > FLAGS.max_seq_length - 2))
-        if cut:
-            logging.warning("%d %s sentences have more than --max_seq_length=%d word pieces; "
-                            "their words past it are tagged O", cut, name,
-                            FLAGS.max_seq_length)  # fmt: skip
-    common.fit(model, strategy, train_dataset(train, tagger, FLAGS.train_batch_size),
-               steps_per_epoch=int(np.ceil(len(train) / FLAGS.train_batch_size)),
-               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                               ignore_class=IGNORE),
-               metrics=None, callbacks=[evaluator] if "dev" in splits else [],
-               output_dir=output_dir)  # fmt: skip
-    common.save_run(common.run_dir_of(strategy, output_dir), model, tokenizer,
-                    {"task": "NER", "tags": tags})  # fmt: skip
+    if FLAGS.do_train:
+        if not FLAGS.train_file:
+            raise app.UsageError("pass --train_file, or --nodo_train to predict with the "
+                                 "finished run in --output_dir")  # fmt: skip
+        train(strategy, splits, output_dir, run_dir, chief)
     # Predict with the saved model, the one an export serves (see tasks/squad.py).
-    model = common.load_run(common.run_dir_of(strategy, output_dir))[0]
+    model, tokenizer, run_info = common.load_run(run_dir)
+    tagger = WordTagger(tokenizer, run_info["tags"], run_info["max_seq_length"])
     scores = {}
     for name, split in splits.items():
         predicted = predict_tags(model, tagger, split)
@@ -225,6 +203,33 @@ def run():
             write_predictions(os.path.join(output_dir, f"{name}_predictions.txt"), split,
                               predicted)  # fmt: skip
     return scores
+
+
+def train(strategy, splits, output_dir, run_dir, chief):
+    """Fine-tunes on --train_file, scoring the dev split after each epoch; saves the run."""
+    train_split = read_conll(FLAGS.train_file).head(FLAGS.max_train_examples)
+    tags = ["O"] + sorted({t for sentence in train_split.labels for t in sentence} - {"O"})
+    with strategy.scope():
+        encoder, tokenizer = common.load_pretrained()
+        model = tagger_model(encoder, len(tags))
+    tagger = WordTagger(tokenizer, tags, FLAGS.max_seq_length)
+    evaluator = NerMetrics(tagger, {k: v for k, v in splits.items() if k == "dev"}, output_dir,
+                           write=chief)  # fmt: skip
+    logging.info("%d training sentences, tags %s", len(train_split), tags)
+    for name, split in (("train", train_split), *splits.items()):
+        pieces = tokenizer(tf.constant(split.texts["sentence"])).row_lengths().numpy()
+        cut = int(np.sum(pieces > FLAGS.max_seq_length - 2))
+        if cut:
+            logging.warning("%d %s sentences have more than --max_seq_length=%d word pieces; "
+                            "their words past it are tagged O", cut, name,
+                            FLAGS.max_seq_length)  # fmt: skip
+    common.fit(model, strategy, train_dataset(train_split, tagger, FLAGS.train_batch_size),
+               steps_per_epoch=int(np.ceil(len(train_split) / FLAGS.train_batch_size)),
+               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                               ignore_class=IGNORE),
+               metrics=None, callbacks=[evaluator] if "dev" in splits else [],
+               output_dir=output_dir)  # fmt: skip
+    common.save_run(run_dir, model, tokenizer, {"task": "NER", "tags": tags})
 
 
 def main(argv):
