@@ -58,10 +58,11 @@ def test_small_model_learns_and_its_checkpoints_load(tmp_path, pretraining_data,
                          "--steps_per_loop=100", "--mixed_precision=bfloat16"))  # fmt: skip
     history = json.loads((tmp_path / "history.json").read_text())
     mlm, nsp = history["masked_lm_accuracy"], history["next_sentence_accuracy"]
-    # Measured: MLM accuracy 0.066 -> 0.130 and NSP 0.496 -> 0.532 over the five loops.
-    assert len(mlm) == 5
+    # Measured: MLM accuracy 0.066 -> 0.130 over the five loops. NSP ended at 0.532 in one
+    # measurement and 0.506 in another (chance 0.5, standard error 0.009 on 3,200 pairs): at
+    # this size and length its learning is within noise, so it is not asserted here.
+    assert len(mlm) == len(nsp) == 5
     assert mlm[-1] > 0.1 and mlm[-1] > 1.5 * mlm[0]  # predicts far more than at the start
-    assert nsp[-1] > 0.51  # chance is 0.5 (3,200 pairs in the last loop)
     for fmt in ("google", "huggingface"):
         loaded = checkpoints.load_checkpoint(str(tmp_path / fmt))
         assert loaded.masked_lm is not None and loaded.next_sentence is not None
