@@ -199,7 +199,7 @@ class SquadMetrics(common.DevMetrics):
     def __init__(self, spans, split, data, output_dir, write):
         super().__init__({}, None, output_dir, write)
         self.spans, self.split, self.data = spans, split, data
-        self.threshold = FLAGS.null_score_diff_threshold if FLAGS.version_2_with_negative else None
+        self.threshold = null_threshold()
 
     def evaluate(self):
         predictions, _, null_odds = predict(self.model, self.spans, self.split, self.threshold)
@@ -221,9 +221,8 @@ def run():
     with strategy.scope():
         encoder, tokenizer = common.load_pretrained()
         model = span_model(encoder)
-    spans = SpanWindows(tokenizer, FLAGS.max_seq_length, FLAGS.max_query_length,
-                        FLAGS.doc_stride, FLAGS.n_best_size, FLAGS.max_answer_length)  # fmt: skip
-    chief = common.is_chief(strategy)
+    spans = span_windows(tokenizer)
+    chief, run_dir = common.is_chief(strategy), common.run_dir_of(strategy, output_dir)
     dev = dev_data = None
     if FLAGS.predict_file:
         dev_data = read_squad(FLAGS.predict_file)
@@ -246,28 +245,37 @@ def run():
                    loss_weights={"start_logits": 0.5, "end_logits": 0.5},
                    callbacks=[evaluator] if dev and FLAGS.do_eval else [],
                    output_dir=output_dir)  # fmt: skip
-        common.save_run(common.run_dir_of(strategy, output_dir), model, tokenizer, {
+        common.save_run(run_dir, model, tokenizer, {
             "task": "SQuAD", "version_2_with_negative": FLAGS.version_2_with_negative,
             **{name: FLAGS[name].value for name in ("max_query_length", "doc_stride",
                "n_best_size", "max_answer_length", "null_score_diff_threshold")}})  # fmt: skip
     if not dev or not (FLAGS.do_eval or FLAGS.do_predict):
         return {}
-    run_dir = common.run_dir_of(strategy, output_dir)
     if not os.path.isfile(os.path.join(run_dir, "run.json")):
         raise app.UsageError(f"--nodo_train predicts with the finished run in --output_dir, and "
                              f"{run_dir} has none")  # fmt: skip
     # Predict with the saved model, the one an export serves, rather than the one in memory:
     # their bfloat16 numbers can differ in the last bit, which flips near-tied answers.
-    model = common.load_run(run_dir)[0]
-    threshold = FLAGS.null_score_diff_threshold if FLAGS.version_2_with_negative else None
-    predictions, nbest, null_odds = predict(model, spans, dev, threshold)
+    # ... and its vocabulary: with --nodo_train, --init_checkpoint need not be the run's.
+    model, tokenizer, _ = common.load_run(run_dir)
+    predictions, nbest, null_odds = predict(model, span_windows(tokenizer), dev, null_threshold())
     if chief:
         write_predictions(output_dir, predictions, nbest, null_odds)
     if not has_answers(dev_data):
         return {}
-    odds = null_odds if FLAGS.version_2_with_negative else None
+    odds = null_odds if null_threshold() is not None else None
     return squad_metrics.evaluate(subset(dev_data, dev.ids), predictions, odds,
                                   FLAGS.null_score_diff_threshold)  # fmt: skip
+
+
+def span_windows(tokenizer):
+    return SpanWindows(tokenizer, FLAGS.max_seq_length, FLAGS.max_query_length, FLAGS.doc_stride,
+                       FLAGS.n_best_size, FLAGS.max_answer_length)  # fmt: skip
+
+
+def null_threshold():
+    """The no-answer threshold for SQuAD 2.0; None for v1.1, which always answers."""
+    return FLAGS.null_score_diff_threshold if FLAGS.version_2_with_negative else None
 
 
 def has_answers(data):
