@@ -104,3 +104,21 @@ def run_with_flags(run, **values):
         flags.FLAGS.mark_as_parsed()
     with flagsaver.flagsaver(**values):
         return run()
+
+
+def served_in_clean_process(export_path, body, stdin=""):
+    """Runs `body` in a process that imports only tensorflow and tensorflow_text, with `f` the
+    export's serving_default and `sys.argv[1]` its path; returns the JSON its last line prints."""
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys, tensorflow as tf, tensorflow_text\n"
+        "assert 'keras_bert' not in sys.modules and 'tasks' not in sys.modules\n"
+        "f = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n" + body
+    )
+    result = subprocess.run([sys.executable, "-c", script, export_path], input=stdin,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

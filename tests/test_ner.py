@@ -1,14 +1,12 @@
 import json
 import os
 import re
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import DATA, run_with_flags
+from conftest import DATA, run_with_flags, served_in_clean_process
 
 from exports import export
 from keras_bert.tokenizer import BertTokenizer
@@ -160,19 +158,13 @@ def test_ner_export_serves_the_python_entities(ner_run, tmp_path):
     path = export.export_run(run_dir, str(tmp_path / "exported"))
     sentences = read_predictions(os.path.join(run_dir, "dev_predictions.txt"))
     texts = [" ".join(w for w, _, _ in s) for s in sentences]
-    script = (
-        "import json, sys, tensorflow as tf, tensorflow_text\n"
-        "assert 'keras_bert' not in sys.modules and 'tasks' not in sys.modules\n"
-        "f = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+    body = (
         "out = f(sentence=tf.constant(json.loads(sys.stdin.read())))\n"
         "print(json.dumps({k: v.numpy().tolist() for k, v in out.items() if v.dtype != tf.string}"
         " | {k: [[x.decode() for x in row] for row in v.numpy()] for k, v in out.items()"
         " if v.dtype == tf.string}))\n"
-    )  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", script, path], input=json.dumps(texts),
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    served = json.loads(result.stdout.strip().splitlines()[-1])
+    )
+    served = served_in_clean_process(path, body, json.dumps(texts))
     found = 0
     for i, (text, sentence) in enumerate(zip(texts, sentences)):
         starts = np.cumsum([0] + [len(w) + 1 for w, _, _ in sentence])

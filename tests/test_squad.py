@@ -1,13 +1,11 @@
 import json
 import logging
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import DATA, run_with_flags
+from conftest import DATA, run_with_flags, served_in_clean_process
 
 from exports import export
 from keras_bert.tokenizer import BertTokenizer
@@ -252,20 +250,14 @@ def test_squad_export_serves_the_python_answers(squad_v2_run, tmp_path):
     data = squad.read_squad(os.path.join(SQUAD, "dev-v2.0.json"))
     questions = [(q["id"], q["question"], p["context"]) for a in data for p in a["paragraphs"]
                  for q in p["qas"]]  # fmt: skip
-    script = (
-        "import json, sys, tensorflow as tf, tensorflow_text\n"
-        "assert 'keras_bert' not in sys.modules and 'tasks' not in sys.modules\n"
+    body = (
         "qs = json.loads(sys.stdin.read())\n"
-        "f = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
         "out = f(question=tf.constant([q[1] for q in qs]),\n"
         "        context=tf.constant([q[2] for q in qs]))\n"
         "print(json.dumps({k: [x.decode() if isinstance(x, bytes) else x.item() "
         "for x in v.numpy()] for k, v in out.items()}))\n"
-    )  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", script, path], input=json.dumps(questions),
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    served = json.loads(result.stdout.strip().splitlines()[-1])
+    )
+    served = served_in_clean_process(path, body, json.dumps(questions))
     predictions = read(run_dir, "predictions.json")
     assert served["answer"] == [predictions[q[0]] for q in questions]
     for (_, _, context), answer, start, end, no_answer in zip(
