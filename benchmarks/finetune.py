@@ -17,7 +17,7 @@ import keras
 import tensorflow as tf
 from absl import app, flags
 
-import keras_bert  # noqa: F401  (selects the TensorFlow backend)
+import keras_bert
 from keras_bert import checkpoints
 from keras_bert.tokenizer import BertPacker, BertTokenizer
 from tasks import default_checkpoint, glue
@@ -52,7 +52,8 @@ def main(argv):
         keras.config.set_dtype_policy(precision)
         ckpt = checkpoints.load_checkpoint(path)
         tokenizer = BertTokenizer(ckpt.vocab_file, ckpt.do_lower_case)
-        model = glue.classifier_model(ckpt.encoder, 2)
+        model = keras_bert.BertClassifier(
+            ckpt.encoder, keras_bert.BertPreprocessor.from_tokenizer(tokenizer), 2)
         model.compile(keras.optimizers.AdamW(1e-5),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # fmt: skip
         for padding in ("dynamic", "padded_128"):

@@ -15,9 +15,10 @@ import os
 
 from absl import app, flags, logging
 
-from exports import hub_layout, serving
-from keras_bert import BertEncoder
-from tasks import common
+import keras
+
+import keras_bert  # noqa: F401  (registers the task models before loading one)
+from exports import hub_layout
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -28,53 +29,25 @@ flags.DEFINE_string("model_name", None, "Model name (sub-folder). Default: the t
 flags.DEFINE_integer("version", None, "Version number. Default: one more than the newest.")
 flags.DEFINE_bool("hub_layout", False, "Also export preprocessor and encoder, TF Hub style.")
 
-WARMUP_TEXTS = [
-    "A short warm-up sentence.",
-    "",
-    "Another, somewhat longer sentence to warm up the server before its first request arrives.",
-]
-
-
 def export_run(run_dir, export_dir, model_name=None, version=None, hub=False):
-    model, tokenizer, run_info = common.load_run(run_dir)
-    model_name = model_name or run_info["task"].lower()
-    if run_info["task"] == "SQuAD":
-        module = serving.SquadModule(model, tokenizer, run_info)
-        signatures = module.signatures()
-        warmup = [{"question": ["Who warms up?"], "context": WARMUP_TEXTS[:1]},
-                  {"question": ["Who?"] * 3, "context": WARMUP_TEXTS}]  # fmt: skip
-    elif run_info["task"] == "NER":
-        module = serving.NerModule(model, tokenizer, run_info)
-        signatures = module.signatures()
-        warmup = [{"sentence": WARMUP_TEXTS[:1]}, {"sentence": WARMUP_TEXTS}]
-    elif run_info["task"] == "SWAG":
-        choices = len(run_info["labels"])
-        module = serving.MultipleChoiceModule(model, tokenizer, run_info["max_seq_length"], choices)
-        signatures = module.signatures()
-        warmup = [{"context": WARMUP_TEXTS[:1], "endings": [WARMUP_TEXTS[:1] * choices]}]
-    else:
-        num_texts = len(run_info["text_columns"])
-        module = serving.ClassifierModule(model, tokenizer, run_info["labels"],
-                                          run_info["max_seq_length"])  # fmt: skip
-        signatures = module.signatures(num_texts)
-        names = serving.TEXT_INPUTS[num_texts]
-        warmup = [{n: WARMUP_TEXTS[:1] for n in names}, {n: WARMUP_TEXTS for n in names}]
-    path = serving.save_versioned(module, signatures, export_dir, model_name, warmup=warmup,
-                                  version=version)  # fmt: skip
+    """Exports the model.keras of a finished run; everything it needs is inside that file."""
+    path = os.path.join(run_dir, "model.keras")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{run_dir} is not a finished run: it has no model.keras")
+    model = keras.saving.load_model(path)
+    model_name = model_name or model.name
+    path = model.export(os.path.join(export_dir, model_name), version=version)
     logging.info("exported %s", path)
     if hub:
-        encoder = encoder_of(model)
-        for kind, save in (("preprocess", hub_layout.save_preprocessor),
-                           ("encoder", hub_layout.save_encoder)):  # fmt: skip
+        sequence_length = model.preprocessor.sequence_length
+        for kind, save, part in (
+            ("preprocess", hub_layout.save_preprocessor, model.preprocessor.tokenizer),
+            ("encoder", hub_layout.save_encoder, model.encoder),
+        ):
             target = os.path.join(export_dir, f"{model_name}_{kind}")
-            save(tokenizer if kind == "preprocess" else encoder, target, run_info["max_seq_length"])
+            save(part, target, sequence_length)
             logging.info("exported %s", target)
     return path
-
-
-def encoder_of(model):
-    """The BertEncoder inside a fine-tuned model."""
-    return next(layer for layer in model.layers if isinstance(layer, BertEncoder))
 
 
 def main(argv):

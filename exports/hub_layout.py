@@ -10,7 +10,7 @@ Code written for TF Hub's BERT models (`hub.KerasLayer(preprocess_url)` then
 
 import tensorflow as tf
 
-from exports import serving
+from keras_bert import serving
 from keras_bert.tokenizer import BertPacker
 
 

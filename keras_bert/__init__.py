@@ -31,8 +31,37 @@ def _use_tensorflow_backend():
 _use_tensorflow_backend()
 
 # Importing the modules registers every Keras-serializable class, so that saved models load.
-from keras_bert import heads, layers, optimization, tokenizer  # noqa: F401
+from keras_bert import heads, layers  # noqa: F401
+from keras_bert.checkpoints import BertCheckpoint, load_checkpoint, save_checkpoint
+from keras_bert.classifier import BertClassifier, BertMultipleChoice
 from keras_bert.config import BertConfig
 from keras_bert.encoder import BertEncoder
+from keras_bert.optimization import WarmupLinearDecay, create_optimizer
+from keras_bert.preprocessing import BertMultipleChoicePreprocessor, BertPreprocessor
+from keras_bert.pretraining import BertPretrainer
+from keras_bert.question_answerer import BertQuestionAnswerer
+from keras_bert.spans import SpanWindows
+from keras_bert.tagging import WordTagger
+from keras_bert.token_classifier import BertTokenClassifier
+from keras_bert.tokenizer import BertPacker, BertTokenizer
 
-__all__ = ["BertConfig", "BertEncoder"]
+__all__ = [
+    "BertCheckpoint",
+    "BertClassifier",
+    "BertConfig",
+    "BertEncoder",
+    "BertMultipleChoice",
+    "BertMultipleChoicePreprocessor",
+    "BertPacker",
+    "BertPreprocessor",
+    "BertPretrainer",
+    "BertQuestionAnswerer",
+    "BertTokenClassifier",
+    "SpanWindows",
+    "WordTagger",
+    "BertTokenizer",
+    "WarmupLinearDecay",
+    "create_optimizer",
+    "load_checkpoint",
+    "save_checkpoint",
+]

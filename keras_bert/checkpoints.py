@@ -25,7 +25,9 @@ from absl import logging
 from keras_bert.config import LAYER_NORM_EPSILON, BertConfig
 from keras_bert.encoder import BertEncoder
 from keras_bert.heads import MaskedLMHead, NextSentenceHead
-from keras_bert.tokenizer import read_vocabulary
+from keras_bert.vocabulary import checkpoint_folder as _folder
+from keras_bert.vocabulary import find_vocabulary, read_vocabulary
+from keras_bert.vocabulary import read_json as _read_json
 
 GOOGLE, HUGGING_FACE, KERAS = "google", "huggingface", "keras"
 FORMATS = (GOOGLE, HUGGING_FACE, KERAS)
@@ -187,10 +189,6 @@ def _assign(entries, shapes, read, key, source, file_names=None):
         entry.variable.assign(value.T if getattr(entry, transpose) else value)
 
 
-def _folder(path):
-    return path if os.path.isdir(path) else os.path.dirname(path)
-
-
 def detect_format(path):
     """Returns (format, folder) for a checkpoint folder, or a Google checkpoint prefix."""
     folder = _folder(path)
@@ -211,31 +209,6 @@ def detect_format(path):
         f"{path} is not a BERT checkpoint: expected bert_config.json (Google), "
         "model.safetensors + config.json (Hugging Face) or keras_bert.json"
     )
-
-
-def find_vocabulary(path, do_lower_case=None):
-    """Returns (vocab_file, do_lower_case) for a checkpoint.
-
-    Unless given, lower-casing is read from tokenizer_config.json or keras_bert.json, and
-    otherwise inferred: a vocabulary without upper-case letters is an uncased one.
-    """
-    folder = _folder(path)
-    vocab_file = os.path.join(folder, "vocab.txt")
-    if not os.path.isfile(vocab_file):
-        raise FileNotFoundError(f"{folder} has no vocab.txt")
-    if do_lower_case is not None:
-        return vocab_file, bool(do_lower_case)
-    for name in ("tokenizer_config.json", "keras_bert.json"):
-        settings = os.path.join(folder, name)
-        if os.path.isfile(settings):
-            value = _read_json(settings).get("do_lower_case")
-            if value is not None:
-                return vocab_file, bool(value)
-    cased = any(
-        token != token.lower() for token in read_vocabulary(vocab_file) if not token.startswith("[")
-    )
-    logging.info("%s: do_lower_case=%s, inferred from the vocabulary", vocab_file, not cased)
-    return vocab_file, not cased
 
 
 def _google_prefix(path):
@@ -341,14 +314,6 @@ def load_checkpoint(path, do_lower_case=None):
         )
     logging.info("loaded a %s checkpoint from %s", fmt, path)
     return BertCheckpoint(encoder, vocab_file, lower_case, masked_lm, next_sentence)
-
-
-def _read_json(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"could not read {path}: {e}") from e
 
 
 def _write_json(path, values):

@@ -11,42 +11,13 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+from keras_bert.vocabulary import check_vocabulary, find_vocabulary, read_vocabulary
+
 # Hugging Face's limit (Google's code allows 200): longer words become [UNK]. The limit is
 # applied to UTF-8 bytes, so it equals the character limit for ASCII words.
 MAX_BYTES_PER_WORD = 100
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
-
-
-def read_vocabulary(path):
-    """Reads a `vocab.txt` (one token per line, id = line number) into a list of tokens."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"vocabulary file not found: {path}")
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not valid UTF-8 (byte {e.start}); vocab.txt must be UTF-8")
-    return text.rstrip("\n").split("\n")
-
-
-def check_vocabulary(vocabulary, source="vocabulary"):
-    """Raises ValueError unless the vocabulary is non-empty, unique and holds BERT's specials."""
-    if not vocabulary:
-        raise ValueError(f"{source} is empty")
-    missing = [token for token in SPECIAL_TOKENS if token not in vocabulary]
-    if missing:
-        raise ValueError(
-            f"{source} has no {', '.join(missing)} token(s); BERT needs all of "
-            f"{', '.join(SPECIAL_TOKENS)}"
-        )
-    seen = set()
-    for i, token in enumerate(vocabulary):
-        if token in seen:
-            raise ValueError(f"{source} lists the token {token!r} twice (again at line {i + 1})")
-        seen.add(token)
 
 
 def _clean_characters(characters, do_lower_case):
@@ -94,12 +65,20 @@ class BertTokenizer(keras.layers.Layer):
     Call with a tf.string tensor of shape (batch,); returns int32 ragged (batch, (tokens)).
     """
 
-    def __init__(self, vocabulary, do_lower_case=True, **kwargs):
+    def __init__(self, vocabulary=None, do_lower_case=True, **kwargs):
         kwargs.setdefault("dtype", "int32")
         super().__init__(**kwargs)
         # Strings go through as they are; Keras would otherwise try to cast them.
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
+        self.do_lower_case = do_lower_case
+        self.vocabulary = None
+        if vocabulary is not None:  # None: a saved model's, read by load_assets()
+            self.set_vocabulary(vocabulary)
+        self.built = True
+
+    def set_vocabulary(self, vocabulary):
+        """Sets the vocabulary: a list of tokens, or the path of a `vocab.txt`."""
         if isinstance(vocabulary, (str, os.PathLike)):
             source = os.fspath(vocabulary)
             vocabulary = read_vocabulary(source)
@@ -107,7 +86,6 @@ class BertTokenizer(keras.layers.Layer):
             source, vocabulary = "vocabulary", list(vocabulary)
         check_vocabulary(vocabulary, source)
         self.vocabulary = vocabulary
-        self.do_lower_case = do_lower_case
         self._token_ids = {token: i for i, token in enumerate(vocabulary)}
         self._wordpiece = tf_text.FastWordpieceTokenizer(
             vocabulary,
@@ -118,14 +96,19 @@ class BertTokenizer(keras.layers.Layer):
             no_pretokenization=False,
             support_detokenization=False,
         )
-        self.built = True
+
+    # The vocabulary travels as an asset (vocab.txt inside a .keras file), not in the config.
+    def save_assets(self, dir_path):
+        with open(os.path.join(dir_path, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(self.vocabulary) + "\n")
+
+    def load_assets(self, dir_path):
+        self.set_vocabulary(os.path.join(dir_path, "vocab.txt"))
 
     @classmethod
     def from_checkpoint(cls, path, do_lower_case=None):
         """The tokenizer of a Google, Hugging Face or keras-bert checkpoint folder."""
-        from keras_bert import checkpoints  # checkpoints needs no tokenizer; import late
-
-        vocab_file, lower_case = checkpoints.find_vocabulary(path, do_lower_case)
+        vocab_file, lower_case = find_vocabulary(path, do_lower_case)
         return cls(vocab_file, do_lower_case=lower_case)
 
     def token_id(self, token):
@@ -181,11 +164,7 @@ class BertTokenizer(keras.layers.Layer):
         return ids, starts, ends
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "vocabulary": self.vocabulary,
-            "do_lower_case": self.do_lower_case,
-        }
+        return {**super().get_config(), "do_lower_case": self.do_lower_case}
 
 
 def _trim_lengths(first_lengths, second_lengths, budget):

@@ -4,7 +4,7 @@ A run's output_dir holds:
   backup/        training state; a killed run restarts from it (keras BackupAndRestore)
   logs/          TensorBoard: train/ and validation/ from Keras, dev/ with the task's metrics
   metrics.json   the task's dev metrics after each epoch
-  model.keras    the fine-tuned model; vocab.txt and run.json describe its inputs (for export)
+  model.keras    the fine-tuned task model: vocabulary, labels and settings inside (for export)
   predictions    task-specific files
 Every file is written under a temporary name and renamed, so none is ever half-written.
 """
@@ -19,8 +19,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags, logging
 
-from keras_bert import checkpoints, distribute, optimization
-from keras_bert.tokenizer import BertPacker, BertTokenizer
+from keras_bert import distribute
 from tasks import default_checkpoint
 
 FLAGS = flags.FLAGS
@@ -116,31 +115,13 @@ def create_strategy():
     return strategy
 
 
-def load_pretrained(path=None):
-    """Returns (encoder, tokenizer) of a checkpoint; call inside the strategy's scope."""
-    path = path or FLAGS.init_checkpoint or default_checkpoint()
-    checkpoint = checkpoints.load_checkpoint(path, FLAGS.do_lower_case)
-    tokenizer = BertTokenizer(checkpoint.vocab_file, do_lower_case=checkpoint.do_lower_case)
-    return checkpoint.encoder, tokenizer
-
-
-def text_preprocessor(tokenizer, sequence_length, text_keys):
-    """strings dict -> encoder inputs: tokenizes the `text_keys` columns and packs them."""
-    packer = BertPacker.from_tokenizer(tokenizer, sequence_length=sequence_length)
-
-    def preprocess(texts):
-        return packer(*[tokenizer(texts[key]) for key in text_keys])
-
-    return preprocess
-
-
-def make_dataset(split, preprocess, batch_size, training=False, with_labels=True):
-    """A tf.data pipeline: (shuffle), batch, tokenize and pack in the graph, prefetch.
-
-    Batches are padded to their longest member. With --bucket_by_length, training batches
-    group examples of similar character length, which cuts padding further.
+def make_dataset(split, text_keys, batch_size, training=False, with_labels=True):
+    """Batches of raw strings (and labels), for a task model to tokenize and pack in the graph
+    (batches padded to their longest member); training batches are shuffled, and with
+    --bucket_by_length group examples of similar character length, which cuts padding further.
     """
-    texts = {key: tf.constant(values) for key, values in split.texts.items()}
+    texts = tuple(tf.constant(split.texts[key]) for key in text_keys)
+    texts = texts[0] if len(texts) == 1 else texts
     if with_labels:
         dataset = tf.data.Dataset.from_tensor_slices((texts, split.labels))
     else:
@@ -150,19 +131,16 @@ def make_dataset(split, preprocess, batch_size, training=False, with_labels=True
     if training and FLAGS.bucket_by_length:
         dataset = dataset.group_by_window(
             key_func=lambda texts, *_: tf.minimum(
-                tf.cast(tf.add_n([tf.reduce_sum(tf.strings.length(t)) for t in texts.values()])
+                tf.cast(tf.add_n([tf.reduce_sum(tf.strings.length(t)) for t in tf.nest.flatten(texts)])
                         // 64, tf.int64), 15),  # characters, a cheap proxy for tokens
             reduce_func=lambda _, window: window.batch(batch_size),
             window_size=batch_size,
         )  # fmt: skip
     else:
         dataset = dataset.batch(batch_size)
-    if with_labels:
-        dataset = dataset.map(lambda texts, labels: (preprocess(texts), labels),
-                              num_parallel_calls=tf.data.AUTOTUNE)  # fmt: skip
-    else:
-        dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    if not with_labels and isinstance(texts, tuple):
+        dataset = dataset.map(lambda *pair: (pair,))  # a pair of texts is x, not (x, y)
+    return dataset
 
 
 def is_chief(strategy):
@@ -208,25 +186,27 @@ class DevMetrics(keras.callbacks.Callback):
                     tf.summary.scalar(f"{name}/{key}", value)
 
 
-def fit(model, strategy, train_dataset, steps_per_epoch, loss, metrics, callbacks, output_dir,
-        loss_weights=None):
-    """Compiles with AdamW + warmup/linear decay and fits, resuming from output_dir/backup."""
+def fit(model, strategy, train_dataset, steps_per_epoch, callbacks, output_dir):
+    """Compiles with the library's recipe (AdamW, warmup + linear decay, clipping; the model's
+    own loss and metrics) and fits on a dataset of raw strings, resuming from output_dir/backup."""
     epochs = max(1, int(np.ceil(FLAGS.num_train_epochs)))
     total_steps = max(1, int(steps_per_epoch * FLAGS.num_train_epochs))
     steps_per_epoch = min(steps_per_epoch, total_steps)
     with strategy.scope():
-        optimizer = optimization.create_optimizer(
-            FLAGS.learning_rate, total_steps, int(total_steps * FLAGS.warmup_proportion),
-            weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm)  # fmt: skip
-        if FLAGS.mixed_precision == "float16":
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        model.compile(optimizer=optimizer, loss=loss, metrics=metrics, loss_weights=loss_weights)
+        model.compile(learning_rate=FLAGS.learning_rate, total_steps=total_steps,
+                      warmup_proportion=FLAGS.warmup_proportion,
+                      weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm)  # fmt: skip
     callbacks = run_callbacks(
         strategy, output_dir, callbacks, FLAGS.save_checkpoints_steps or "epoch"
     )
     logging.info("training %d steps (%d epochs of %d)", total_steps, epochs, steps_per_epoch)
-    return model.fit(train_dataset.repeat(), epochs=epochs, steps_per_epoch=steps_per_epoch,
-                     callbacks=callbacks, verbose=1 if is_chief(strategy) else 0, shuffle=False)  # fmt: skip
+    return model.fit(train_dataset.repeat(), batch_size=FLAGS.train_batch_size, epochs=epochs,
+                     steps_per_epoch=steps_per_epoch, callbacks=callbacks, seed=FLAGS.seed,
+                     verbose=1 if is_chief(strategy) else 0)  # fmt: skip
+
+
+def checkpoint_path():
+    return FLAGS.init_checkpoint or default_checkpoint()
 
 
 def run_callbacks(strategy, output_dir, callbacks, save_freq):
@@ -251,25 +231,18 @@ def run_dir_of(strategy, output_dir):
     return os.path.join(output_dir, f"worker_{strategy.cluster_resolver.task_id}")
 
 
-def save_run(output_dir, model, tokenizer, run_info):
-    """Saves the fine-tuned model and what an exporter needs to rebuild its inputs."""
+def save_run(output_dir, model):
+    """Saves the fine-tuned model: one self-describing file (vocabulary, labels or tags,
+    sequence length and window settings inside), without optimizer state."""
     os.makedirs(output_dir, exist_ok=True)
     tmp = os.path.join(output_dir, f"model.tmp-{os.getpid()}.keras")
     model.save(tmp)
     os.replace(tmp, os.path.join(output_dir, "model.keras"))
-    write_atomically(os.path.join(output_dir, "vocab.txt"), "\n".join(tokenizer.vocabulary) + "\n")
-    write_json(os.path.join(output_dir, "run.json"),
-               {**run_info, "do_lower_case": tokenizer.do_lower_case,
-                "max_seq_length": FLAGS.max_seq_length})  # fmt: skip
 
 
 def load_run(run_dir):
-    """Returns (model, tokenizer, run_info) of a finished run."""
-    info_file = os.path.join(run_dir, "run.json")
-    if not os.path.isfile(info_file):
-        raise FileNotFoundError(f"{run_dir} is not a finished run: it has no run.json")
-    with open(info_file, encoding="utf-8") as f:
-        run_info = json.load(f)
-    model = keras.saving.load_model(os.path.join(run_dir, "model.keras"))
-    tokenizer = BertTokenizer(os.path.join(run_dir, "vocab.txt"), run_info["do_lower_case"])
-    return model, tokenizer, run_info
+    """The model of a finished run (its model.keras)."""
+    path = os.path.join(run_dir, "model.keras")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{run_dir} is not a finished run: it has no model.keras")
+    return keras.saving.load_model(path)

@@ -13,12 +13,10 @@ import dataclasses
 import os
 import sys
 
-import keras
 import numpy as np
 from absl import app, flags, logging
 
-from keras_bert.encoder import INPUT_NAMES
-from keras_bert.heads import ClassifierHead
+from keras_bert import BertClassifier
 from tasks import common
 
 FLAGS = flags.FLAGS
@@ -232,12 +230,6 @@ def compute_metrics(task, logits, labels):
     return results
 
 
-def classifier_model(encoder, num_classes):
-    inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in INPUT_NAMES}
-    head = ClassifierHead(num_classes, encoder.config.hidden_dropout_prob, name="classifier")
-    return keras.Model(inputs, head(encoder(inputs)["pooled_output"]), name="glue_classifier")
-
-
 def write_submission(path, task, ids, logits):
     if task.labels is None:
         rows = [f"{i}\t{score:.3f}" for i, score in zip(ids, logits[:, 0])]
@@ -247,40 +239,36 @@ def write_submission(path, task, ids, logits):
 
 
 def run(task):
-    """Fine-tunes and evaluates; returns the last dev metrics (empty without --do_eval)."""
+    """Fine-tunes (with --do_train) and evaluates; always evaluates and predicts with the saved
+    run in --output_dir. Returns the dev metrics (empty without --do_eval)."""
     output_dir = FLAGS.output_dir or os.path.join("runs", task.name.lower())
     train, dev, test = load_splits(task)
     strategy = common.create_strategy()
-    with strategy.scope():
-        encoder, tokenizer = common.load_pretrained()
-        model = classifier_model(encoder, len(task.labels) if task.labels else 1)
-    preprocess = common.text_preprocessor(tokenizer, FLAGS.max_seq_length, task.text_columns)
-    dev_sets = {name: (common.make_dataset(split.head(FLAGS.max_eval_examples), preprocess,
-                                           FLAGS.eval_batch_size, with_labels=False),
-                       split.head(FLAGS.max_eval_examples).labels)
-                for name, split in dev.items()}  # fmt: skip
-    chief = common.is_chief(strategy)
-    evaluator = common.DevMetrics(dev_sets, lambda lg, lb: compute_metrics(task, lg, lb),
-                                  output_dir, write=chief)  # fmt: skip
+    chief, run_dir = common.is_chief(strategy), common.run_dir_of(strategy, output_dir)
+    batches = lambda split: common.make_dataset(split, task.text_columns, FLAGS.eval_batch_size,
+                                                with_labels=False)  # fmt: skip
+    dev = {name: split.head(FLAGS.max_eval_examples) for name, split in dev.items()}
+    dev_sets = {name: (batches(split), split.labels) for name, split in dev.items()}
+    evaluate = lambda logits, labels: compute_metrics(task, logits, labels)
     if FLAGS.do_train:
+        with strategy.scope():
+            model = BertClassifier.from_checkpoint(
+                common.checkpoint_path(), len(task.labels) if task.labels else 1,
+                sequence_length=FLAGS.max_seq_length, num_segments=len(task.text_columns),
+                do_lower_case=FLAGS.do_lower_case, labels=task.labels, name=task.name.lower())  # fmt: skip
         train = train.head(FLAGS.max_train_examples)
-        classification = task.labels is not None
-        common.fit(
-            model, strategy,
-            common.make_dataset(train, preprocess, FLAGS.train_batch_size, training=True),
-            steps_per_epoch=int(np.ceil(len(train) / FLAGS.train_batch_size)),
-            loss=(keras.losses.SparseCategoricalCrossentropy(from_logits=True) if classification
-                  else keras.losses.MeanSquaredError()),
-            metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")] if classification else [],
-            callbacks=[evaluator] if dev_sets else [], output_dir=output_dir)  # fmt: skip
-        common.save_run(common.run_dir_of(strategy, output_dir), model, tokenizer, {
-                "task": task.name, "text_columns": list(task.text_columns),
-                "labels": list(task.labels) if task.labels else None})  # fmt: skip
-    # A run restored past its last epoch trains no more: evaluate what it restored.
-    results = evaluator.latest or (evaluator.evaluate() if dev_sets else {})
+        evaluator = common.DevMetrics(dev_sets, evaluate, output_dir, write=chief)
+        common.fit(model, strategy,
+                   common.make_dataset(train, task.text_columns, FLAGS.train_batch_size, training=True),
+                   steps_per_epoch=int(np.ceil(len(train) / FLAGS.train_batch_size)),
+                   callbacks=[evaluator] if dev_sets else [], output_dir=output_dir)  # fmt: skip
+        common.save_run(run_dir, model)
+    # Evaluate and predict with the saved run, the model an export serves.
+    model = common.load_run(run_dir)
+    results = {name: evaluate(model.predict(dataset, verbose=0), labels)
+               for name, (dataset, labels) in dev_sets.items()}  # fmt: skip
     for name, split in test.items():
-        logits = model.predict(common.make_dataset(split, preprocess, FLAGS.eval_batch_size,
-                                                   with_labels=False), verbose=0)  # fmt: skip
+        logits = model.predict(batches(split), verbose=0)
         if chief:
             write_submission(os.path.join(output_dir, f"{name}.tsv"), task, split.ids, logits)
     return results

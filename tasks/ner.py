@@ -19,15 +19,12 @@ predicts with the finished run in --output_dir.
 import collections
 import os
 
-import keras
 import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert.encoder import INPUT_NAMES
-from keras_bert.heads import TokenClassifierHead
+from keras_bert import BertTokenClassifier
 from tasks import common
-from tasks.ner_tagging import IGNORE, WordTagger
 
 FLAGS = flags.FLAGS
 # allow_override: tasks.swag and tasks.squad use the same names (tests import them together).
@@ -130,45 +127,29 @@ def conll_scores(gold, predicted):
     return result
 
 
-def tagger_model(encoder, num_tags):
-    inputs = {n: keras.Input((None,), dtype="int32", name=n) for n in INPUT_NAMES}
-    head = TokenClassifierHead(num_tags, encoder.config.hidden_dropout_prob,
-                               encoder.config.initializer_range, name="tags")  # fmt: skip
-    return keras.Model(inputs, head(encoder(inputs)["sequence_output"]), name="ner")
-
-
-def train_dataset(split, tagger, batch_size):
-    tag_ids = {tag: i for i, tag in enumerate(tagger.tags)}
-    labels = tf.ragged.constant([[tag_ids[t] for t in tags] for tags in split.labels],
-                                dtype=tf.int32, row_splits_dtype=tf.int64)  # fmt: skip
+def train_dataset(split, model, batch_size):
+    """Shuffled batches of raw sentences with their word tag ids."""
+    labels = model.tag_ids(split.labels)
     dataset = tf.data.Dataset.from_tensor_slices((split.texts["sentence"], labels))
     dataset = dataset.shuffle(len(split), seed=FLAGS.seed, reshuffle_each_iteration=True)
-    dataset = dataset.batch(batch_size).map(tagger.encode, num_parallel_calls=tf.data.AUTOTUNE)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset.batch(batch_size)
 
 
-def predict_tags(model, tagger, split):
+def predict_tags(model, split):
     """The predicted IOB2 tags of every sentence's words, through the in-graph tagger."""
-    tag = tagger.compiled(model)
-    names, predicted = np.array(tagger.tags), []
-    progress = keras.utils.Progbar(len(split), unit_name="sentence")
-    for i in range(0, len(split), FLAGS.eval_batch_size):
-        sentences = split.texts["sentence"][i : i + FLAGS.eval_batch_size]
-        batch = tag(tf.constant(sentences))["word_tags"]
-        predicted += [names[row].tolist() for row in batch.numpy()]
-        progress.add(len(batch.numpy()))
-    return predicted
+    return model.predict(split.texts["sentence"], batch_size=FLAGS.eval_batch_size,
+                         verbose=1)["word_tags"]  # fmt: skip
 
 
 class NerMetrics(common.DevMetrics):
     """Entity-level scores of each labelled split after each epoch."""
 
-    def __init__(self, tagger, splits, output_dir, write):
+    def __init__(self, splits, output_dir, write):
         super().__init__({}, None, output_dir, write)
-        self.tagger, self.splits = tagger, splits
+        self.splits = splits
 
     def evaluate(self):
-        return {name: conll_scores(split.labels, predict_tags(self.model, self.tagger, split))
+        return {name: conll_scores(split.labels, predict_tags(self.model, split))
                 for name, split in self.splits.items()}  # fmt: skip
 
 
@@ -193,11 +174,10 @@ def run():
                                  "finished run in --output_dir")  # fmt: skip
         train(strategy, splits, output_dir, run_dir, chief)
     # Predict with the saved model, the one an export serves (see tasks/squad.py).
-    model, tokenizer, run_info = common.load_run(run_dir)
-    tagger = WordTagger(tokenizer, run_info["tags"], run_info["max_seq_length"])
+    model = common.load_run(run_dir)
     scores = {}
     for name, split in splits.items():
-        predicted = predict_tags(model, tagger, split)
+        predicted = predict_tags(model, split)
         scores[name] = conll_scores(split.labels, predicted)
         if chief:
             write_predictions(os.path.join(output_dir, f"{name}_predictions.txt"), split,
@@ -210,10 +190,11 @@ def train(strategy, splits, output_dir, run_dir, chief):
     train_split = read_conll(FLAGS.train_file).head(FLAGS.max_train_examples)
     tags = ["O"] + sorted({t for sentence in train_split.labels for t in sentence} - {"O"})
     with strategy.scope():
-        encoder, tokenizer = common.load_pretrained()
-        model = tagger_model(encoder, len(tags))
-    tagger = WordTagger(tokenizer, tags, FLAGS.max_seq_length)
-    evaluator = NerMetrics(tagger, {k: v for k, v in splits.items() if k == "dev"}, output_dir,
+        model = BertTokenClassifier.from_checkpoint(
+            common.checkpoint_path(), tags, sequence_length=FLAGS.max_seq_length,
+            do_lower_case=FLAGS.do_lower_case, name="ner")  # fmt: skip
+    tokenizer = model.preprocessor.tokenizer
+    evaluator = NerMetrics({k: v for k, v in splits.items() if k == "dev"}, output_dir,
                            write=chief)  # fmt: skip
     logging.info("%d training sentences, tags %s", len(train_split), tags)
     for name, split in (("train", train_split), *splits.items()):
@@ -223,13 +204,10 @@ def train(strategy, splits, output_dir, run_dir, chief):
             logging.warning("%d %s sentences have more than --max_seq_length=%d word pieces; "
                             "their words past it are tagged O", cut, name,
                             FLAGS.max_seq_length)  # fmt: skip
-    common.fit(model, strategy, train_dataset(train_split, tagger, FLAGS.train_batch_size),
+    common.fit(model, strategy, train_dataset(train_split, model, FLAGS.train_batch_size),
                steps_per_epoch=int(np.ceil(len(train_split) / FLAGS.train_batch_size)),
-               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                               ignore_class=IGNORE),
-               metrics=None, callbacks=[evaluator] if "dev" in splits else [],
-               output_dir=output_dir)  # fmt: skip
-    common.save_run(run_dir, model, tokenizer, {"task": "NER", "tags": tags})
+               callbacks=[evaluator] if "dev" in splits else [], output_dir=output_dir)  # fmt: skip
+    common.save_run(run_dir, model)
 
 
 def main(argv):

@@ -19,7 +19,8 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertConfig, BertEncoder, checkpoints, optimization, pretraining
-from keras_bert.tokenizer import BertTokenizer, read_vocabulary
+from keras_bert.tokenizer import BertTokenizer
+from keras_bert.vocabulary import read_vocabulary
 from tasks import common, pretraining_text
 
 FLAGS = flags.FLAGS

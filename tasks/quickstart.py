@@ -14,8 +14,7 @@ import os
 import tensorflow as tf
 from absl import app, flags, logging
 
-from exports import export
-from tasks import glue
+from tasks import common, glue
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("classify", ["A gripping, beautifully acted film.",
@@ -41,7 +40,8 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     results = glue.run(glue.get_task(FLAGS.task_name))
     print(f"dev accuracy: {results['dev']['accuracy']:.4f}")
-    path = export.export_run(FLAGS.output_dir, FLAGS.export_dir)
+    model = common.load_run(FLAGS.output_dir)
+    path = model.export(os.path.join(FLAGS.export_dir, model.name))
     print(f"exported: {path}")
     served = tf.saved_model.load(path).signatures["serving_default"]
     outputs = served(sentence=tf.constant(FLAGS.classify))

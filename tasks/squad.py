@@ -7,27 +7,24 @@ Flags keep the names of the original run_squad.py. With --do_eval (the default) 
 writes predictions.json, nbest_predictions.json and, with --version_2_with_negative,
 null_odds.json for --predict_file; when that file has gold answers, also its scores (after each
 epoch with --do_eval: metrics.json, TensorBoard logs/dev). Windows, answer positions and the
-n-best search are the in-graph ones of tasks/squad_spans.py, shared with the export.
+n-best search are the in-graph ones of keras_bert/spans.py, shared with the export.
 
 Bad input: a training answer whose answer_start does not point at its text is skipped with a
 warning (the count is logged); training questions with an empty passage are skipped the same
 way; at prediction an empty passage gets the empty answer. With --nodo_train, predicts with the
-finished run in --output_dir. Questions longer than
+finished run in --output_dir and the settings it was trained with. Questions longer than
 --max_query_length tokens are cut (as the original does) and counted in the log.
 """
 
 import json
 import os
 
-import keras
 import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert.encoder import INPUT_NAMES
-from keras_bert.heads import SpanLabelerHead
+from keras_bert import BertQuestionAnswerer
 from tasks import common, squad_metrics
-from tasks.squad_spans import SpanWindows
 
 FLAGS = flags.FLAGS
 # allow_override: tasks.swag and tasks.ner use the same name (tests import them together).
@@ -116,60 +113,36 @@ def _answer_span(question, context, path, version_2):
     return (start, start + len(text))
 
 
-def span_model(encoder):
-    inputs = {n: keras.Input((None,), dtype="int32", name=n) for n in INPUT_NAMES}
-    head = SpanLabelerHead(encoder.config.initializer_range, name="spans")
-    return keras.Model(inputs, head(encoder(inputs)["sequence_output"]), name="squad")
+def pairs(split, training=False):
+    """Batches of raw (question, passage) pairs, with their answer spans for training."""
+    x = (tf.constant(split.texts["question"]), tf.constant(split.texts["context"]))
+    if not training:
+        return tf.data.Dataset.from_tensor_slices((x,)).batch(FLAGS.eval_batch_size)
+    y = (split.labels[:, 0], split.labels[:, 1])
+    dataset = tf.data.Dataset.from_tensor_slices((x, y))
+    return dataset.shuffle(len(split), seed=FLAGS.seed, reshuffle_each_iteration=True).batch(256)
 
 
-def train_dataset(split, spans, batch_size):
-    """Shuffled batches of windows with their start/end targets, padded to their longest."""
-    pairs = tf.data.Dataset.from_tensor_slices(
-        (split.texts["question"], split.texts["context"], split.labels))
-    pairs = pairs.shuffle(len(split), seed=FLAGS.seed, reshuffle_each_iteration=True)
-
-    def to_windows(questions, contexts, answers):
-        w = spans.windows(questions, contexts, answers[:, 0], answers[:, 1])
-        return ({n: w[n] for n in INPUT_NAMES},
-                {"start_logits": w["start_positions"], "end_logits": w["end_positions"]})
-
-    windows = pairs.batch(256).map(to_windows, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
-    windows = windows.shuffle(4 * batch_size, seed=FLAGS.seed)
-    if FLAGS.bucket_by_length:
-        bounds = list(range(64, spans.max_seq_length, 64))
-        windows = windows.bucket_by_sequence_length(
-            lambda inputs, _: tf.reduce_sum(inputs["input_mask"]), bounds,
-            [batch_size] * (len(bounds) + 1))  # fmt: skip
-    else:
-        windows = windows.padded_batch(batch_size)
-    return windows.prefetch(tf.data.AUTOTUNE)
-
-
-def count_windows(split, spans):
+def count_windows(split, windows):
     batches = tf.data.Dataset.from_tensor_slices(split.texts).batch(256)
-    return sum(int(tf.size(spans.windows(b["question"], b["context"])["example"]))
+    return sum(int(tf.size(windows.windows(b["question"], b["context"])["example"]))
                for b in batches)  # fmt: skip
 
 
-def predict(model, spans, split, null_score_diff_threshold=None):
-    """Runs the in-graph pipeline over a split. Returns (predictions, nbest, null_odds)."""
-    answer = spans.compiled(model, null_score_diff_threshold)
+def predict(model, split):
+    """Answers every question of a split. Returns (predictions, nbest, null_odds)."""
+    result = model.predict(pairs(split), verbose=1)
+    version_2 = model.threshold is not None
     predictions, nbest, null_odds = {}, {}, {}
-    size = FLAGS.eval_batch_size
-    progress = keras.utils.Progbar(len(split), unit_name="question")
-    for i in range(0, len(split), size):
-        contexts = split.texts["context"][i : i + size]
-        result = answer(tf.constant(split.texts["question"][i : i + size]), tf.constant(contexts))
-        result = tf.nest.map_structure(lambda t: t.numpy(), result)
-        for j, qid in enumerate(split.ids[i : i + size]):
-            predictions[qid] = result["answer"][j].decode("utf-8")
-            nbest[qid], null_odds[qid] = n_best_list(
-                contexts[j], result["candidates"], j, null_score_diff_threshold is not None)
-        progress.add(len(contexts))
+    for j, qid in enumerate(split.ids):
+        predictions[qid] = result["answer"][j]
+        nbest[qid], null_odds[qid] = n_best_list(
+            split.texts["context"][j], result["candidates"], j, version_2,
+            model.preprocessor.n_best_size)
     return predictions, nbest, null_odds
 
 
-def n_best_list(context, candidates, row, version_2):
+def n_best_list(context, candidates, row, version_2, n_best_size):
     """The n_best_size distinct answer texts of one question, best first, with probabilities
     (a softmax over the list, as the original); v2.0 adds the empty answer at [CLS]'s score.
     Returns (entries, null score minus the best span's score)."""
@@ -177,7 +150,7 @@ def n_best_list(context, candidates, row, version_2):
     for score, start, end in zip(candidates["scores"][row], candidates["char_starts"][row],
                                  candidates["char_ends"][row]):  # fmt: skip
         text = context[start:end]
-        if start >= 0 and text not in seen and len(entries) < FLAGS.n_best_size:
+        if start >= 0 and text not in seen and len(entries) < n_best_size:
             seen.add(text)
             entries.append({"text": text, "score": float(score), "start": int(start),
                             "end": int(end)})  # fmt: skip
@@ -196,86 +169,79 @@ def n_best_list(context, candidates, row, version_2):
 class SquadMetrics(common.DevMetrics):
     """The official scores of --predict_file after each epoch."""
 
-    def __init__(self, spans, split, data, output_dir, write):
+    def __init__(self, split, data, output_dir, write):
         super().__init__({}, None, output_dir, write)
-        self.spans, self.split, self.data = spans, split, data
-        self.threshold = null_threshold()
+        self.split, self.data = split, data
 
     def evaluate(self):
-        predictions, _, null_odds = predict(self.model, self.spans, self.split, self.threshold)
-        odds = null_odds if self.threshold is not None else None
-        return {"dev": squad_metrics.evaluate(subset(self.data, self.split.ids), predictions,
-                                              odds, FLAGS.null_score_diff_threshold)}  # fmt: skip
+        return {"dev": score(self.model, self.data, self.split, *predict(self.model, self.split))}
 
 
-def write_predictions(output_dir, predictions, nbest, null_odds):
+def score(model, data, split, predictions, nbest, null_odds):
+    """The official scores of a split's predictions."""
+    odds = null_odds if model.threshold is not None else None
+    return squad_metrics.evaluate(subset(data, split.ids), predictions, odds,
+                                  model.null_score_diff_threshold)  # fmt: skip
+
+
+def write_predictions(output_dir, predictions, nbest, null_odds, version_2):
     common.write_json(os.path.join(output_dir, "predictions.json"), predictions)
     common.write_json(os.path.join(output_dir, "nbest_predictions.json"), nbest)
-    if FLAGS.version_2_with_negative:
+    if version_2:
         common.write_json(os.path.join(output_dir, "null_odds.json"), null_odds)
 
 
 def run():
+    """Fine-tunes (with --do_train); predicts --predict_file with the saved run, whose window
+    and n-best settings are its own (recorded in model.keras), and scores it."""
     output_dir = FLAGS.output_dir or os.path.join("runs", "squad")
     strategy = common.create_strategy()
-    with strategy.scope():
-        encoder, tokenizer = common.load_pretrained()
-        model = span_model(encoder)
-    spans = span_windows(tokenizer)
     chief, run_dir = common.is_chief(strategy), common.run_dir_of(strategy, output_dir)
     dev = dev_data = None
     if FLAGS.predict_file:
         dev_data = read_squad(FLAGS.predict_file)
         dev = questions_of(dev_data, FLAGS.predict_file).head(FLAGS.max_eval_examples)
-        log_long_questions(dev, tokenizer, FLAGS.predict_file)
-    evaluator = SquadMetrics(spans, dev, dev_data, output_dir, write=chief)
     if FLAGS.do_train:
-        if not FLAGS.train_file:
-            raise app.UsageError("pass --train_file, or --nodo_train")
-        train = questions_of(read_squad(FLAGS.train_file), FLAGS.train_file, training=True,
-                             version_2=FLAGS.version_2_with_negative)  # fmt: skip
-        train = train.head(FLAGS.max_train_examples)
-        log_long_questions(train, tokenizer, FLAGS.train_file)
-        windows = count_windows(train, spans)
-        logging.info("%d training questions in %d windows", len(train), windows)
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        common.fit(model, strategy, train_dataset(train, spans, FLAGS.train_batch_size),
-                   steps_per_epoch=int(np.ceil(windows / FLAGS.train_batch_size)),
-                   loss={"start_logits": loss, "end_logits": loss}, metrics=None,
-                   loss_weights={"start_logits": 0.5, "end_logits": 0.5},
-                   callbacks=[evaluator] if dev and FLAGS.do_eval else [],
-                   output_dir=output_dir)  # fmt: skip
-        common.save_run(run_dir, model, tokenizer, {
-            "task": "SQuAD", "version_2_with_negative": FLAGS.version_2_with_negative,
-            **{name: FLAGS[name].value for name in ("max_query_length", "doc_stride",
-               "n_best_size", "max_answer_length", "null_score_diff_threshold")}})  # fmt: skip
+        train(strategy, dev, dev_data, output_dir, run_dir, chief)
     if not dev or not (FLAGS.do_eval or FLAGS.do_predict):
         return {}
-    if not os.path.isfile(os.path.join(run_dir, "run.json")):
-        raise app.UsageError(f"--nodo_train predicts with the finished run in --output_dir, and "
-                             f"{run_dir} has none")  # fmt: skip
     # Predict with the saved model, the one an export serves, rather than the one in memory:
     # their bfloat16 numbers can differ in the last bit, which flips near-tied answers.
-    # ... and its vocabulary: with --nodo_train, --init_checkpoint need not be the run's.
-    model, tokenizer, _ = common.load_run(run_dir)
-    predictions, nbest, null_odds = predict(model, span_windows(tokenizer), dev, null_threshold())
+    model = common.load_run(run_dir)
+    log_long_questions(dev, model.preprocessor, FLAGS.predict_file)
+    predictions, nbest, null_odds = predict(model, dev)
     if chief:
-        write_predictions(output_dir, predictions, nbest, null_odds)
+        write_predictions(output_dir, predictions, nbest, null_odds,
+                          model.version_2_with_negative)  # fmt: skip
     if not has_answers(dev_data):
         return {}
-    odds = null_odds if null_threshold() is not None else None
-    return squad_metrics.evaluate(subset(dev_data, dev.ids), predictions, odds,
-                                  FLAGS.null_score_diff_threshold)  # fmt: skip
+    return score(model, dev_data, dev, predictions, nbest, null_odds)
 
 
-def span_windows(tokenizer):
-    return SpanWindows(tokenizer, FLAGS.max_seq_length, FLAGS.max_query_length, FLAGS.doc_stride,
-                       FLAGS.n_best_size, FLAGS.max_answer_length)  # fmt: skip
-
-
-def null_threshold():
-    """The no-answer threshold for SQuAD 2.0; None for v1.1, which always answers."""
-    return FLAGS.null_score_diff_threshold if FLAGS.version_2_with_negative else None
+def train(strategy, dev, dev_data, output_dir, run_dir, chief):
+    """Fine-tunes on --train_file, scoring --predict_file after each epoch; saves the run."""
+    if not FLAGS.train_file:
+        raise app.UsageError("pass --train_file, or --nodo_train")
+    with strategy.scope():
+        model = BertQuestionAnswerer.from_checkpoint(
+            common.checkpoint_path(), sequence_length=FLAGS.max_seq_length,
+            max_query_length=FLAGS.max_query_length, doc_stride=FLAGS.doc_stride,
+            n_best_size=FLAGS.n_best_size, max_answer_length=FLAGS.max_answer_length,
+            version_2_with_negative=FLAGS.version_2_with_negative,
+            null_score_diff_threshold=FLAGS.null_score_diff_threshold,
+            do_lower_case=FLAGS.do_lower_case, name="squad")  # fmt: skip
+    split = questions_of(read_squad(FLAGS.train_file), FLAGS.train_file, training=True,
+                         version_2=FLAGS.version_2_with_negative)  # fmt: skip
+    split = split.head(FLAGS.max_train_examples)
+    log_long_questions(split, model.preprocessor, FLAGS.train_file)
+    windows = count_windows(split, model.preprocessor)
+    logging.info("%d training questions in %d windows", len(split), windows)
+    evaluator = SquadMetrics(dev, dev_data, output_dir, write=chief)
+    common.fit(model, strategy, pairs(split, training=True),
+               steps_per_epoch=int(np.ceil(windows / FLAGS.train_batch_size)),
+               callbacks=[evaluator] if dev and FLAGS.do_eval else [],
+               output_dir=output_dir)  # fmt: skip
+    common.save_run(run_dir, model)
 
 
 def has_answers(data):
@@ -290,12 +256,12 @@ def subset(data, ids):
                                  for p in a["paragraphs"]]} for a in data]  # fmt: skip
 
 
-def log_long_questions(split, tokenizer, path):
-    lengths = tokenizer(tf.constant(split.texts["question"])).row_lengths().numpy()
-    long = int(np.sum(lengths > FLAGS.max_query_length))
+def log_long_questions(split, windows, path):
+    lengths = windows.tokenizer(tf.constant(split.texts["question"])).row_lengths().numpy()
+    long = int(np.sum(lengths > windows.max_query_length))
     if long:
-        logging.warning("%s: %d questions are longer than --max_query_length=%d tokens and are "
-                        "cut", path, long, FLAGS.max_query_length)  # fmt: skip
+        logging.warning("%s: %d questions are longer than max_query_length=%d tokens and are "
+                        "cut", path, long, windows.max_query_length)  # fmt: skip
 
 
 def main(argv):

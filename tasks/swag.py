@@ -12,14 +12,10 @@ import csv
 import json
 import os
 
-import keras
 import numpy as np
-import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert.encoder import INPUT_NAMES
-from keras_bert.heads import FoldChoices, MultipleChoiceHead
-from keras_bert.tokenizer import BertPacker
+from keras_bert import BertMultipleChoice
 from tasks import common
 
 FLAGS = flags.FLAGS
@@ -29,6 +25,7 @@ flags.DEFINE_string("test_file", None, "SWAG test file; labels not needed (.csv 
 flags.adopt_module_key_flags(common)
 
 NUM_CHOICES = 4
+TEXTS = ("context", "endings")
 COLUMNS = ("sent1", "sent2", "ending0", "ending1", "ending2", "ending3")
 
 
@@ -66,67 +63,46 @@ def read_swag(path, labelled=True):
                         np.array(labels, "int32") if labelled else None, ids)  # fmt: skip
 
 
-def choice_preprocessor(tokenizer, sequence_length):
-    """{context: (batch,), endings: (batch, 4)} -> encoder inputs of shape (batch, 4, seq)."""
-    packer = BertPacker.from_tokenizer(tokenizer, sequence_length=sequence_length)
-
-    def preprocess(texts):
-        contexts = tf.repeat(texts["context"], NUM_CHOICES)  # (batch * 4,)
-        endings = tf.reshape(texts["endings"], [-1])
-        packed = packer(tokenizer(contexts), tokenizer(endings))
-        return {k: tf.reshape(v, [-1, NUM_CHOICES, tf.shape(v)[-1]]) for k, v in packed.items()}
-
-    return preprocess
-
-
-def multiple_choice_model(encoder):
-    inputs = {n: keras.Input((NUM_CHOICES, None), dtype="int32", name=n) for n in INPUT_NAMES}
-    folded = {n: FoldChoices(name=f"fold_{n}")(x) for n, x in inputs.items()}
-    head = MultipleChoiceHead(NUM_CHOICES, encoder.config.hidden_dropout_prob, name="choices")
-    return keras.Model(inputs, head(encoder(folded)["pooled_output"]), name="swag")
-
-
 def accuracy(logits, labels):
     return {"accuracy": float(np.mean(np.argmax(logits, axis=-1) == labels))}
 
 
 def run():
+    """Fine-tunes (with --do_train); evaluates and predicts with the saved run."""
     output_dir = FLAGS.output_dir or os.path.join("runs", "swag")
     strategy = common.create_strategy()
-    with strategy.scope():
-        encoder, tokenizer = common.load_pretrained()
-        model = multiple_choice_model(encoder)
-    preprocess = choice_preprocessor(tokenizer, FLAGS.max_seq_length)
+    chief, run_dir = common.is_chief(strategy), common.run_dir_of(strategy, output_dir)
+    batches = lambda split: common.make_dataset(split, TEXTS, FLAGS.eval_batch_size,
+                                                with_labels=False)  # fmt: skip
     dev_sets = {}
     if FLAGS.do_eval and FLAGS.dev_file:
         dev = read_swag(FLAGS.dev_file).head(FLAGS.max_eval_examples)
-        dev_sets["dev"] = (common.make_dataset(dev, preprocess, FLAGS.eval_batch_size,
-                                               with_labels=False), dev.labels)  # fmt: skip
-    chief = common.is_chief(strategy)
-    evaluator = common.DevMetrics(dev_sets, accuracy, output_dir, write=chief)
+        dev_sets["dev"] = (batches(dev), dev.labels)
     if FLAGS.do_train:
         if not FLAGS.train_file:
             raise app.UsageError("pass --train_file, or --nodo_train")
+        with strategy.scope():
+            model = BertMultipleChoice.from_checkpoint(
+                common.checkpoint_path(), NUM_CHOICES, sequence_length=FLAGS.max_seq_length,
+                do_lower_case=FLAGS.do_lower_case, name="swag")  # fmt: skip
         train = read_swag(FLAGS.train_file).head(FLAGS.max_train_examples)
+        evaluator = common.DevMetrics(dev_sets, accuracy, output_dir, write=chief)
         common.fit(model, strategy,
-                   common.make_dataset(train, preprocess, FLAGS.train_batch_size, training=True),
+                   common.make_dataset(train, TEXTS, FLAGS.train_batch_size, training=True),
                    steps_per_epoch=int(np.ceil(len(train) / FLAGS.train_batch_size)),
-                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                   metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")],
                    callbacks=[evaluator] if dev_sets else [], output_dir=output_dir)  # fmt: skip
-        common.save_run(common.run_dir_of(strategy, output_dir), model, tokenizer, {
-                "task": "SWAG", "text_columns": ["context", "endings"],
-                "labels": [str(i) for i in range(NUM_CHOICES)]})  # fmt: skip
+        common.save_run(run_dir, model)
+    # Evaluate and predict with the saved run, the model an export serves.
+    model = common.load_run(run_dir)
     if FLAGS.do_predict and FLAGS.test_file:
         test = read_swag(FLAGS.test_file, labelled=False)
-        logits = model.predict(common.make_dataset(test, preprocess, FLAGS.eval_batch_size,
-                                                   with_labels=False), verbose=0)  # fmt: skip
+        logits = model.predict(batches(test), verbose=0)
         if chief:
             rows = [f"{i}\t{p}" for i, p in zip(test.ids, np.argmax(logits, axis=-1))]
             common.write_atomically(os.path.join(output_dir, "swag_predictions.tsv"),
                                     "index\tprediction\n" + "\n".join(rows) + "\n")  # fmt: skip
-    # A run restored past its last epoch trains no more: evaluate what it restored.
-    return evaluator.latest or (evaluator.evaluate() if dev_sets else {})
+    return {name: accuracy(model.predict(dataset, verbose=0), labels)
+            for name, (dataset, labels) in dev_sets.items()}  # fmt: skip
 
 
 def main(argv):

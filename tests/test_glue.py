@@ -4,7 +4,7 @@ import os
 import numpy as np
 import pytest
 
-from tasks import glue
+from tasks import common, glue
 
 from conftest import DATA
 
@@ -112,8 +112,7 @@ def test_fine_tunes_and_writes_every_output(tmp_path, tiny_checkpoint, flags_par
     flags_parsed.bucket_by_length = True
     results = glue.run(glue.get_task("SST-2"))
     run = tmp_path / "run"
-    assert {"model.keras", "run.json", "vocab.txt", "metrics.json", "SST-2.tsv", "logs",
-            "backup"} <= set(os.listdir(run))  # fmt: skip
+    assert {"model.keras", "metrics.json", "SST-2.tsv", "logs", "backup"} <= set(os.listdir(run))
     history = json.loads((run / "metrics.json").read_text())
     assert [h["epoch"] for h in history] == [1, 2]
     assert history[-1]["dev"] == results["dev"]
@@ -122,11 +121,18 @@ def test_fine_tunes_and_writes_every_output(tmp_path, tiny_checkpoint, flags_par
     assert lines[0] == "index\tprediction" and len(lines) == 17
     assert all(line.split("\t")[1] in ("0", "1") for line in lines[1:])
     assert os.listdir(run / "logs" / "dev") and os.listdir(run / "logs" / "train")
-    assert json.loads((run / "run.json").read_text())["labels"] == ["0", "1"]
+    assert common.load_run(str(run)).labels == ["0", "1"]  # model.keras describes itself
     # The same command again finds the finished backup, trains no more, and still reports.
     again = glue.run(glue.get_task("SST-2"))
     assert again["dev"] == results["dev"]
     assert [h["epoch"] for h in json.loads((run / "metrics.json").read_text())] == [1, 2]
+    # --nodo_train evaluates and predicts with the saved run, not with a fresh head.
+    submission = (run / "SST-2.tsv").read_text()
+    (run / "SST-2.tsv").unlink()
+    flags_parsed.do_train = False
+    flags_parsed.init_checkpoint = None
+    assert glue.run(glue.get_task("SST-2"))["dev"] == results["dev"]
+    assert (run / "SST-2.tsv").read_text() == submission
 
 
 def test_regression_task_reports_pearson_and_spearman(tmp_path, tiny_checkpoint, flags_parsed):

@@ -11,7 +11,7 @@ from conftest import DATA, run_with_flags, served_in_clean_process
 from exports import export
 from keras_bert.tokenizer import BertTokenizer
 from tasks import ner
-from tasks.ner_tagging import IGNORE, WordTagger
+from keras_bert.tagging import IGNORE, WordTagger
 
 CONLL = os.path.join(DATA, "conll")
 TAGS = ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
@@ -75,7 +75,7 @@ def test_entity_scores_count_exact_span_and_type_only():
 
 
 def test_labels_go_on_the_first_piece_of_each_word(tokenizer):
-    tagger = WordTagger(tokenizer, TAGS, max_seq_length=10)
+    tagger = WordTagger.from_tokenizer(tokenizer, 10, tags=TAGS)
     sentence = "Blackburn visits Strasbourg-Ouest today again and again"
     tags = tf.ragged.constant([[2, 0, 1, 0, 0, 0, 0]])
     inputs, labels = tagger.encode(tf.constant([sentence]), tags)
@@ -93,7 +93,7 @@ class FixedTags(keras.Model):
 
 
 def test_in_graph_entities_match_the_conll_reading_of_the_word_tags(tokenizer):
-    tagger = WordTagger(tokenizer, TAGS, max_seq_length=24)
+    tagger = WordTagger.from_tokenizer(tokenizer, 24, tags=TAGS)
     rng = np.random.default_rng(0)
     words = ["Paris", "New", "York", "Lyon-Sud", "Anne", "Marie", "et", "le", "Rhône", "!"]
     sentences = [" ".join(rng.choice(words, size=rng.integers(0, 14))) for _ in range(40)]

@@ -10,7 +10,7 @@ from conftest import DATA, run_with_flags, served_in_clean_process
 from exports import export
 from keras_bert.tokenizer import BertTokenizer
 from tasks import squad, squad_metrics
-from tasks.squad_spans import SpanWindows
+from keras_bert.spans import SpanWindows
 
 SQUAD = os.path.join(DATA, "squad")
 
@@ -59,7 +59,7 @@ QUESTIONS = ["Who were the Normans?", "What? " * 20, "Empty?", "How many words a
 
 @pytest.mark.parametrize("stride", [5, 8, 40])
 def test_windows_follow_the_original_doc_spans_and_max_context(tokenizer, stride):
-    spans = SpanWindows(tokenizer, max_seq_length=32, max_query_length=9, doc_stride=stride)
+    spans = SpanWindows.from_tokenizer(tokenizer, 32, max_query_length=9, doc_stride=stride)
     windows = {k: v.numpy() for k, v in
                spans.windows(tf.constant(QUESTIONS), tf.constant(PASSAGES)).items()}  # fmt: skip
     row = 0
@@ -97,7 +97,7 @@ def test_windows_follow_the_original_doc_spans_and_max_context(tokenizer, stride
 
 
 def test_answer_positions_point_at_the_answer_or_at_cls(tokenizer):
-    spans = SpanWindows(tokenizer, max_seq_length=24, max_query_length=6, doc_stride=6)
+    spans = SpanWindows.from_tokenizer(tokenizer, 24, max_query_length=6, doc_stride=6)
     passage = PASSAGES[0]
     answer = "Denmark, Iceland and Norway"
     start = passage.index(answer)
@@ -121,7 +121,7 @@ def test_answer_positions_point_at_the_answer_or_at_cls(tokenizer):
 
 
 def test_decode_picks_the_best_allowed_span(tokenizer):
-    spans = SpanWindows(tokenizer, max_seq_length=40, max_query_length=8, doc_stride=16,
+    spans = SpanWindows.from_tokenizer(tokenizer, 40, max_query_length=8, doc_stride=16,
                         n_best_size=5, max_answer_length=2)  # fmt: skip
     passage = "red blue green black white brown pink gray"
     windows = spans.windows(tf.constant(["which?"]), tf.constant([passage]))
@@ -139,7 +139,7 @@ def test_decode_picks_the_best_allowed_span(tokenizer):
 
 
 def test_decode_skips_starts_outside_their_window_of_most_context(tokenizer):
-    spans = SpanWindows(tokenizer, max_seq_length=12, max_query_length=2, doc_stride=3,
+    spans = SpanWindows.from_tokenizer(tokenizer, 12, max_query_length=2, doc_stride=3,
                         n_best_size=3, max_answer_length=1)  # fmt: skip
     passage = "one two three four five six seven eight nine ten"
     windows = {k: v.numpy() for k, v in
@@ -242,6 +242,17 @@ def test_squad_v2_writes_prediction_files_that_reproduce_its_scores(squad_v2_run
             assert predictions[qid] == best["text"]
     assert {"exact", "f1", "best_f1", "best_f1_thresh"} <= set(read(run_dir, "metrics.json")[-1]
                                                               ["dev"])  # fmt: skip
+
+
+def test_nodo_train_predicts_with_the_runs_own_settings(squad_v2_run, tmp_path):
+    """--nodo_train with other window flags still uses the settings recorded in model.keras."""
+    run_dir, scores = squad_v2_run
+    again = run_with_flags(squad.run, predict_file=os.path.join(SQUAD, "dev-v2.0.json"),
+                           output_dir=run_dir, do_train=False, version_2_with_negative=False,
+                           max_seq_length=40, doc_stride=5, n_best_size=3,
+                           **{k: v for k, v in SMALL.items() if k not in (
+                               "max_seq_length", "doc_stride")})  # fmt: skip
+    assert again == scores
 
 
 def test_squad_export_serves_the_python_answers(squad_v2_run, tmp_path):

@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 from tasks import swag
+from keras_bert import BertMultipleChoicePreprocessor
 from keras_bert.tokenizer import BertTokenizer
 
 from conftest import DATA
@@ -42,7 +43,7 @@ def test_bad_rows_name_file_and_line(tmp_path):
 
 def test_each_choice_is_packed_with_the_context(minilm_dir):
     tokenizer = BertTokenizer.from_checkpoint(minilm_dir)
-    preprocess = swag.choice_preprocessor(tokenizer, 16)
+    preprocess = BertMultipleChoicePreprocessor.from_tokenizer(tokenizer, 16, num_choices=4)
     inputs = preprocess({"context": tf.constant(["a cat"]),
                          "endings": tf.constant([["it sat", "it ran", "dogs", "birds fly"]])})  # fmt: skip
     assert inputs["input_word_ids"].shape[:2] == (1, 4)

@@ -146,10 +146,15 @@ def test_graph_uses_only_core_ops_and_two_old_tf_text_ops():
     assert not_core == {"NormalizeUTF8", "FastWordpieceTokenizeWithOffsets"}
 
 
-def test_keras_config_round_trip():
+def test_keras_config_round_trip_with_the_vocabulary_as_an_asset(tmp_path):
     tokenizer = BertTokenizer(TINY_VOCAB, do_lower_case=False)
     clone = keras.layers.deserialize(keras.layers.serialize(tokenizer))
-    assert clone.vocabulary == TINY_VOCAB and clone.do_lower_case is False
+    assert clone.vocabulary is None and clone.do_lower_case is False  # not in the config
+    tokenizer.save_assets(str(tmp_path))
+    clone.load_assets(str(tmp_path))
+    assert clone.vocabulary == TINY_VOCAB
+    text = tf.constant(["the cat sat on the mat"])
+    assert clone(text).to_list() == tokenizer(text).to_list()
     packer = BertPacker(2, 3, 0, sequence_length=9, pad_to_sequence_length=True)
     assert (
         keras.layers.deserialize(keras.layers.serialize(packer)).get_config() == packer.get_config()

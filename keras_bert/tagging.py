@@ -7,30 +7,43 @@ way the CoNLL script reads chunks: an entity starts at B-X, or at I-X after O or
 type, and continues over I-X.
 """
 
+import keras
 import tensorflow as tf
 
 from keras_bert.encoder import INPUT_NAMES
+from keras_bert.preprocessing import BertPreprocessor
 from keras_bert.tokenizer import BertPacker
 
 WHITESPACE = r"[\t\n\r\p{Zs}]"  # what the tokenizer turns into spaces
 IGNORE = -1  # label of word pieces after the first, of [CLS], [SEP] and padding
 
 
-class WordTagger:
-    """Args: a BertTokenizer, the tags (IOB2 strings, "O" among them), max_seq_length.
-    Words whose first piece falls beyond max_seq_length get "O"."""
+@keras.saving.register_keras_serializable(package="keras_bert")
+class WordTagger(BertPreprocessor):
+    """Args: a BertTokenizer, its BertPacker, the tags (IOB2 strings, "O" among them).
+    Words whose first piece falls beyond the packer's sequence_length get "O"."""
 
-    def __init__(self, tokenizer, tags, max_seq_length=128):
+    def __init__(self, tokenizer, packer, tags, **kwargs):
+        super().__init__(tokenizer, packer, **kwargs)
         if "O" not in tags:
             raise ValueError(f"the tag set has no 'O': {tags}")
         for tag in tags:
             if tag != "O" and tag[:2] not in ("B-", "I-"):
                 raise ValueError(f"tag {tag!r} is not O, B-<type> or I-<type>")
-        self.tokenizer = tokenizer
         self.tags = list(tags)
         self.types = sorted({tag[2:] for tag in tags if tag != "O"})
-        self.packer = BertPacker.from_tokenizer(tokenizer, sequence_length=max_seq_length)
-        self.max_tokens = max_seq_length - 2
+        self.max_tokens = packer.sequence_length - 2
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, sequence_length=128, tags=("O",), **kwargs):
+        return cls(tokenizer, BertPacker.from_tokenizer(tokenizer, sequence_length=sequence_length),
+                   tags, **kwargs)  # fmt: skip
+
+    def call(self, sentences):
+        return self.encode(sentences)
+
+    def get_config(self):
+        return {**super().get_config(), "tags": self.tags}
 
     def _words(self, sentences):
         """Token ids (truncated) with each token's word and first-piece flag, and each word's
@@ -92,13 +105,6 @@ class WordTagger:
             first.flat_values)  # fmt: skip
         word_tags = tf.RaggedTensor.from_row_lengths(word_tags, num_words)
         return {"word_tags": word_tags, **self.entities(words, word_tags)}
-
-    def compiled(self, model):
-        """tag() for `model` as a tf.function, traced once per model and kept."""
-        if getattr(self, "_compiled", (None,))[0] is not model:
-            self._compiled = (model, tf.function(lambda s: self.tag(model, s),
-                                                 reduce_retracing=True))  # fmt: skip
-        return self._compiled[1]
 
     def entities(self, words, word_tags):
         prefix = tf.gather(tf.constant([t[:1] for t in self.tags]), word_tags)

@@ -11,31 +11,56 @@ the most context (min of tokens to its left and right, plus 0.01 x window length
 window on ties). Positions are character offsets into the passage, from the tokenizer.
 """
 
+import keras
 import tensorflow as tf
 
 from keras_bert.encoder import INPUT_NAMES
+from keras_bert.preprocessing import BertPreprocessor
 from keras_bert.tokenizer import BertPacker
 
 NO_POSITION = tf.constant(-1, tf.int64)  # character offset of positions off the passage
 
 
-class SpanWindows:
-    """Builds windows and decodes spans; every method runs eagerly or inside tf.function."""
+@keras.saving.register_keras_serializable(package="keras_bert")
+class SpanWindows(BertPreprocessor):
+    """Builds windows and decodes spans; every method runs eagerly or inside tf.function.
 
-    def __init__(self, tokenizer, max_seq_length=384, max_query_length=64, doc_stride=128,
-                 n_best_size=20, max_answer_length=30):  # fmt: skip
+    Its packer's `sequence_length` is max_seq_length; `from_tokenizer` builds one."""
+
+    def __init__(self, tokenizer, packer, max_query_length=64, doc_stride=128, n_best_size=20,
+                 max_answer_length=30, **kwargs):  # fmt: skip
+        kwargs["num_segments"] = 2
+        super().__init__(tokenizer, packer, **kwargs)
+        max_seq_length = packer.sequence_length
         if max_query_length + 4 > max_seq_length:
             raise ValueError(f"max_query_length ({max_query_length}) leaves no room for the "
                              f"passage in max_seq_length ({max_seq_length}) tokens")  # fmt: skip
         if doc_stride < 1:
             raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
-        self.tokenizer = tokenizer
-        self.packer = BertPacker.from_tokenizer(tokenizer, sequence_length=max_seq_length)
         self.max_seq_length = max_seq_length
         self.max_query_length = max_query_length
         self.doc_stride = doc_stride
         self.n_best_size = n_best_size
         self.max_answer_length = max_answer_length
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, sequence_length=384, **kwargs):
+        return cls(tokenizer, BertPacker.from_tokenizer(tokenizer, sequence_length=sequence_length),
+                   **kwargs)  # fmt: skip
+
+    @property
+    def text_names(self):
+        return ("question", "context")
+
+    def call(self, x):
+        return self.windows(*self.segments(x))
+
+    def get_config(self):
+        config = {**super().get_config(), "max_query_length": self.max_query_length,
+                  "doc_stride": self.doc_stride, "n_best_size": self.n_best_size,
+                  "max_answer_length": self.max_answer_length}  # fmt: skip
+        del config["num_segments"]
+        return config
 
     def windows(self, questions, contexts, answer_starts=None, answer_ends=None):
         """Splits each (question, passage) pair into windows.
@@ -163,15 +188,6 @@ class SpanWindows:
             "char_ends": ranked(ends),
             "null_score": tf.math.segment_min(null, windows["example"]),
         }
-
-    def compiled(self, model, null_score_diff_threshold=None):
-        """answer() for `model` as a tf.function, traced once per model and kept."""
-        key = (model, null_score_diff_threshold)
-        if getattr(self, "_compiled", (None,))[0] != key:
-            self._compiled = (key, tf.function(
-                lambda q, c: self.answer(model, q, c, null_score_diff_threshold),
-                reduce_retracing=True))  # fmt: skip
-        return self._compiled[1]
 
     def answer(self, model, questions, contexts, null_score_diff_threshold=None):
         """Questions and passages in, best answers out: the whole pipeline of an export.

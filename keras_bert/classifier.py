@@ -1,0 +1,179 @@
+"""Sentence (and sentence-pair) classification and multiple choice, on raw strings.
+
+    model = keras_bert.BertClassifier.from_checkpoint(path, num_classes=2)
+    model.fit(["a fine film", "a dull film"], [1, 0], epochs=3)
+    model.predict(["what a film"])          # logits, (batch, num_classes)
+    model.save("sst2.keras"); model.export("exported/sst2")
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_bert import serving
+from keras_bert.encoder import INPUT_NAMES
+from keras_bert.heads import ClassifierHead, FoldChoices, MultipleChoiceHead
+from keras_bert.preprocessing import BertMultipleChoicePreprocessor, BertPreprocessor
+from keras_bert.task import BertTask, load_pretrained
+
+_SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
+
+
+@_SERIALIZABLE
+class BertClassifier(BertTask):
+    """The pooled [CLS] output, dropout and a dense layer: float32 (batch, num_classes) logits.
+
+    `num_classes=1` is regression (one unbounded score, as STS-B needs; mean squared error).
+    Args:
+      encoder: a `BertEncoder`.
+      preprocessor: a `BertPreprocessor` (its `num_segments` says single texts or pairs).
+      num_classes: classes, or 1 for regression.
+      labels: optional names of the classes, which an export returns beside their ids.
+      dropout: dropout before the dense layer (default: the encoder's hidden dropout).
+    """
+
+    def __init__(self, encoder, preprocessor, num_classes=2, labels=None, dropout=None,
+                 **kwargs):  # fmt: skip
+        if labels is not None and len(labels) != num_classes:
+            raise ValueError(f"{len(labels)} labels for {num_classes} classes")
+        dropout = encoder.config.hidden_dropout_prob if dropout is None else dropout
+        # === Layers ===
+        head = ClassifierHead(num_classes, dropout, encoder.config.initializer_range,
+                              dtype=encoder.policy, name="classifier")  # fmt: skip
+        # === Graph ===
+        inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in INPUT_NAMES}
+        outputs = head(encoder(inputs)["pooled_output"])
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        # === Config ===
+        self.encoder = encoder
+        self.preprocessor = preprocessor
+        self.head = head
+        self.num_classes = num_classes
+        self.labels = None if labels is None else [str(label) for label in labels]
+        self.dropout = dropout
+
+    @classmethod
+    def from_checkpoint(cls, path, num_classes=2, *, sequence_length=128, num_segments=1,
+                        do_lower_case=None, **kwargs):  # fmt: skip
+        """A classifier on a pre-trained checkpoint (Google, Hugging Face or keras-bert folder)
+        with a new head; `num_segments=2` for sentence pairs."""
+        encoder, tokenizer = load_pretrained(path, do_lower_case)
+        preprocessor = BertPreprocessor.from_tokenizer(tokenizer, sequence_length,
+                                                       num_segments=num_segments)  # fmt: skip
+        return cls(encoder, preprocessor, num_classes, **kwargs)
+
+    def preprocess_batch(self, x, y=None, sample_weight=None):
+        if y is not None and self.num_classes > 1:
+            y = tf.cast(y, tf.int32)
+            tf.debugging.assert_less(y, self.num_classes, message="a label is not below "
+                                     f"num_classes={self.num_classes}")  # fmt: skip
+            tf.debugging.assert_non_negative(y, message="a label is negative")
+        elif y is not None:
+            y = tf.cast(y, tf.float32)
+            tf.debugging.assert_all_finite(y, "a regression target is not a finite number")
+        return self.preprocessor(x), y, sample_weight
+
+    def default_loss(self):
+        if self.num_classes == 1:
+            return keras.losses.MeanSquaredError()
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def default_metrics(self):
+        return [] if self.num_classes == 1 else [keras.metrics.SparseCategoricalAccuracy("accuracy")]
+
+    def serving_outputs(self, logits):
+        """Logits -> what an export returns: `score` for regression, else `label_id`,
+        `probabilities` and (with label names) `label`."""
+        logits = tf.cast(logits, tf.float32)
+        if self.num_classes == 1:
+            return {"score": logits[:, 0]}
+        label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        outputs = {"label_id": label_ids, "probabilities": tf.nn.softmax(logits, axis=-1)}
+        if self.labels is not None:
+            outputs["label"] = tf.gather(tf.constant(self.labels), label_ids)
+        return outputs
+
+    def serving_functions(self):
+        def from_text(*texts):
+            return self.serving_outputs(self(self.preprocessor(list(texts)), training=False))
+
+        return {
+            "serving_default": (from_text, serving.text_specs(self.preprocessor.text_names)),
+            "serve_token_ids": self.token_id_function(self.serving_outputs),
+        }
+
+    def get_config(self):
+        return {**super().get_config(), "num_classes": self.num_classes, "labels": self.labels,
+                "dropout": self.dropout}  # fmt: skip
+
+
+@_SERIALIZABLE
+class BertMultipleChoice(BertTask):
+    """One score per choice (SWAG): each ending is packed with its context and encoded on its
+    own; float32 (batch, num_choices) logits, soft-maxed across the choices.
+
+    Call `fit`/`predict` with x = (contexts, endings): a list of strings and a list of
+    `num_choices`-string lists; y the index of the right ending.
+    """
+
+    def __init__(self, encoder, preprocessor, num_choices=4, dropout=None, **kwargs):
+        dropout = encoder.config.hidden_dropout_prob if dropout is None else dropout
+        # === Layers ===
+        folds = {n: FoldChoices(name=f"fold_{n}") for n in INPUT_NAMES}
+        head = MultipleChoiceHead(num_choices, dropout, encoder.config.initializer_range,
+                                  dtype=encoder.policy, name="choices")  # fmt: skip
+        # === Graph ===
+        inputs = {n: keras.Input((num_choices, None), dtype="int32", name=n) for n in INPUT_NAMES}
+        folded = {n: folds[n](x) for n, x in inputs.items()}  # (batch * choices, seq)
+        super().__init__(inputs=inputs, outputs=head(encoder(folded)["pooled_output"]), **kwargs)
+        # === Config ===
+        self.encoder = encoder
+        self.preprocessor = preprocessor
+        self.head = head
+        self.num_choices = num_choices
+        self.dropout = dropout
+
+    @classmethod
+    def from_checkpoint(cls, path, num_choices=4, *, sequence_length=128, do_lower_case=None,
+                        **kwargs):  # fmt: skip
+        encoder, tokenizer = load_pretrained(path, do_lower_case)
+        preprocessor = BertMultipleChoicePreprocessor.from_tokenizer(
+            tokenizer, sequence_length, num_choices=num_choices)
+        return cls(encoder, preprocessor, num_choices, **kwargs)
+
+    def preprocess_batch(self, x, y=None, sample_weight=None):
+        if y is not None:
+            y = tf.cast(y, tf.int32)
+            tf.debugging.assert_less(y, self.num_choices, message="a label is not a choice")
+        return self.preprocessor(x), y, sample_weight
+
+    def default_loss(self):
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def default_metrics(self):
+        return [keras.metrics.SparseCategoricalAccuracy("accuracy")]
+
+    def serving_outputs(self, logits):
+        logits = tf.cast(logits, tf.float32)
+        return {"label_id": tf.argmax(logits, axis=-1, output_type=tf.int32),
+                "probabilities": tf.nn.softmax(logits, axis=-1)}  # fmt: skip
+
+    def serving_functions(self):
+        def from_choices(context, endings):
+            return self.serving_outputs(self(self.preprocessor((context, endings)),
+                                             training=False))  # fmt: skip
+
+        specs = [tf.TensorSpec([None], tf.string, name="context"),
+                 tf.TensorSpec([None, self.num_choices], tf.string, name="endings")]  # fmt: skip
+        return {
+            "serving_default": (from_choices, specs),
+            "serve_token_ids": self.token_id_function(self.serving_outputs,
+                                                      (None, self.num_choices, None)),
+        }
+
+    def warmup_requests(self):
+        return [{"context": ["A short warm-up sentence."],
+                 "endings": [["It ends.", "", "It goes on and on.", "Stop."][: self.num_choices]
+                             + ["."] * max(0, self.num_choices - 4)]}]  # fmt: skip
+
+    def get_config(self):
+        return {**super().get_config(), "num_choices": self.num_choices, "dropout": self.dropout}

@@ -1,0 +1,148 @@
+"""Preprocessors: raw strings in, encoder inputs out, as Keras layers that a task model carries
+(and saves, vocabulary included), so `fit`, `predict` and an export all take strings.
+
+Each runs inside `tf.data` (what `fit` and `predict` do) and inside a saved `tf.function` (what
+an export does); batches are padded to their longest member.
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_bert.tokenizer import BertPacker
+
+_SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
+
+
+def _texts(value, what):
+    """A rank-1 tf.string tensor from a tensor, array or list of str; a one-line error else."""
+    try:
+        tensor = tf.convert_to_tensor(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be strings, got {type(value).__name__}") from None
+    if tensor.dtype != tf.string:
+        raise ValueError(f"{what} must be strings, got {tensor.dtype.name} values")
+    return tensor
+
+
+@_SERIALIZABLE
+class BertPreprocessor(keras.layers.Layer):
+    """Tokenizes and packs one text (`num_segments=1`) or a pair of texts per example.
+
+    Args:
+      tokenizer: a `BertTokenizer`.
+      packer: a `BertPacker` (its `sequence_length` caps the packed length).
+      num_segments: 1, or 2 for sentence pairs.
+
+    Call with a tf.string (batch,) tensor, or for pairs a tuple/list of two of them, or a dict
+    keyed by `text_names`; returns the encoder inputs, int32 (batch, seq).
+    """
+
+    def __init__(self, tokenizer, packer, num_segments=1, **kwargs):
+        super().__init__(**kwargs)
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        if num_segments not in (1, 2):
+            raise ValueError(f"num_segments must be 1 or 2, got {num_segments}")
+        self.tokenizer = tokenizer
+        self.packer = packer
+        self.num_segments = num_segments
+        self.built = True
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, sequence_length=128, **kwargs):
+        return cls(tokenizer, BertPacker.from_tokenizer(tokenizer, sequence_length=sequence_length),
+                   **kwargs)  # fmt: skip
+
+    @property
+    def sequence_length(self):
+        return self.packer.sequence_length
+
+    @property
+    def text_names(self):
+        """The names of an export's string inputs."""
+        return ("sentence",) if self.num_segments == 1 else ("sentence1", "sentence2")
+
+    def segments(self, x):
+        """x as a list of `num_segments` rank-1 string tensors."""
+        if isinstance(x, dict):
+            missing = [name for name in self.text_names if name not in x]
+            if missing:
+                raise ValueError(f"inputs lack {', '.join(missing)} (this model takes "
+                                 f"{', '.join(self.text_names)})")  # fmt: skip
+            x = [x[name] for name in self.text_names]
+        elif not isinstance(x, (tuple, list)) or not x or isinstance(x[0], (str, bytes)):
+            x = [x]  # one list of texts, not a tuple of segments
+        if len(x) != self.num_segments:
+            raise ValueError(f"this model takes {self.num_segments} text(s) per example, got "
+                             f"{len(x)}; pass {self._expected()}")  # fmt: skip
+        texts = [_texts(t, "texts") for t in x]
+        for t in texts:
+            if t.shape.rank != 1:
+                raise ValueError(f"expected {self._expected()}, got a string tensor of shape "
+                                 f"{t.shape}")  # fmt: skip
+        return texts
+
+    def _expected(self):
+        if self.num_segments == 1:
+            return "a list (or 1-D array) of strings"
+        return "a pair (first texts, second texts), each a list of strings"
+
+    def call(self, x):
+        return self.packer(*[self.tokenizer(t) for t in self.segments(x)])
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "tokenizer": keras.saving.serialize_keras_object(self.tokenizer),
+            "packer": keras.saving.serialize_keras_object(self.packer),
+            "num_segments": self.num_segments,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for key in ("tokenizer", "packer"):
+            config[key] = keras.saving.deserialize_keras_object(config[key])
+        return cls(**config)
+
+
+@_SERIALIZABLE
+class BertMultipleChoicePreprocessor(BertPreprocessor):
+    """Packs a context with each of its candidate endings, `[CLS] context [SEP] ending [SEP]`.
+
+    Call with (contexts, endings): tf.string (batch,) and (batch, num_choices), or a dict with
+    keys `context` and `endings`; returns encoder inputs int32 (batch, num_choices, seq).
+    """
+
+    def __init__(self, tokenizer, packer, num_choices=4, **kwargs):
+        kwargs["num_segments"] = 2
+        super().__init__(tokenizer, packer, **kwargs)
+        self.num_choices = num_choices
+
+    @property
+    def text_names(self):
+        return ("context", "endings")
+
+    def _expected(self):
+        return f"(contexts, endings): a list of strings and a list of {self.num_choices}-string lists"
+
+    def call(self, x):
+        if isinstance(x, dict):
+            x = [x.get(name) for name in self.text_names]
+        if not isinstance(x, (tuple, list)) or len(x) != 2:
+            raise ValueError(f"expected {self._expected()}")
+        contexts, endings = _texts(x[0], "contexts"), _texts(x[1], "endings")
+        if contexts.shape.rank != 1 or endings.shape.rank != 2 or (
+                endings.shape[1] not in (None, self.num_choices)):  # fmt: skip
+            raise ValueError(f"expected {self._expected()}; got shapes {contexts.shape} and "
+                             f"{endings.shape}")  # fmt: skip
+        packed = self.packer(self.tokenizer(tf.repeat(contexts, self.num_choices)),
+                             self.tokenizer(tf.reshape(endings, [-1])))  # fmt: skip
+        # (batch * choices, seq) -> (batch, choices, seq)
+        return {k: tf.reshape(v, [-1, self.num_choices, tf.shape(v)[-1]]) for k, v in packed.items()}
+
+    def get_config(self):
+        config = {**super().get_config(), "num_choices": self.num_choices}
+        del config["num_segments"]
+        return config
+

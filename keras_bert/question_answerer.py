@@ -1,0 +1,147 @@
+"""Extractive question answering (SQuAD v1.1 and v2.0) on raw strings.
+
+    model = keras_bert.BertQuestionAnswerer.from_checkpoint(path)
+    model.fit((questions, passages), (answer_starts, answer_ends), epochs=2)
+    model.predict((["Who wrote it?"], ["It was written by Ann."]))["answer"]  # ["Ann"]
+
+Passages of any length are split into windows, and answers decoded back to character offsets,
+inside the TensorFlow graph (keras_bert/spans.py), the same code in `fit`, `predict` and an
+export.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_bert import serving
+from keras_bert.encoder import INPUT_NAMES
+from keras_bert.heads import SpanLabelerHead
+from keras_bert.spans import SpanWindows
+from keras_bert.task import BertTask, load_pretrained
+
+
+@keras.saving.register_keras_serializable(package="keras_bert")
+class BertQuestionAnswerer(BertTask):
+    """Start and end logits over each window, float32 (windows, seq), decoded into answers.
+
+    Args:
+      encoder: a `BertEncoder`.
+      preprocessor: a `SpanWindows` (window and n-best settings).
+      version_2_with_negative: questions may have no answer (SQuAD 2.0): `predict` answers
+        nothing when [CLS]'s score beats the best span's by more than
+        `null_score_diff_threshold`.
+
+    `fit` and `evaluate` take x = (questions, passages) and y = (answer_starts, answer_ends),
+    character offsets [start, end) of the answer in its passage, start -1 for no answer.
+    """
+
+    def __init__(self, encoder, preprocessor, version_2_with_negative=False,
+                 null_score_diff_threshold=0.0, **kwargs):  # fmt: skip
+        # === Layers ===
+        head = SpanLabelerHead(encoder.config.initializer_range, name="spans")
+        # === Graph ===
+        inputs = {n: keras.Input((None,), dtype="int32", name=n) for n in INPUT_NAMES}
+        super().__init__(inputs=inputs, outputs=head(encoder(inputs)["sequence_output"]),
+                         **kwargs)  # fmt: skip
+        # === Config ===
+        self.encoder = encoder
+        self.preprocessor = preprocessor
+        self.head = head
+        self.version_2_with_negative = version_2_with_negative
+        self.null_score_diff_threshold = null_score_diff_threshold
+
+    @classmethod
+    def from_checkpoint(cls, path, *, sequence_length=384, max_query_length=64, doc_stride=128,
+                        n_best_size=20, max_answer_length=30, do_lower_case=None, **kwargs):  # fmt: skip
+        encoder, tokenizer = load_pretrained(path, do_lower_case)
+        windows = SpanWindows.from_tokenizer(
+            tokenizer, sequence_length, max_query_length=max_query_length,
+            doc_stride=doc_stride, n_best_size=n_best_size, max_answer_length=max_answer_length)  # fmt: skip
+        return cls(encoder, windows, **kwargs)
+
+    @property
+    def threshold(self):
+        """The no-answer threshold; None for SQuAD 1.1, which always answers."""
+        return self.null_score_diff_threshold if self.version_2_with_negative else None
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
+        if loss == "auto":
+            kwargs.setdefault("loss_weights", {"start_logits": 0.5, "end_logits": 0.5})
+        super().compile(optimizer, loss, metrics, **kwargs)
+
+    def default_loss(self):
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        return {"start_logits": loss, "end_logits": loss}
+
+    def make_dataset(self, x, y=None, sample_weight=None, batch_size=None, training=False,
+                     seed=None):  # fmt: skip
+        """Batches of `batch_size` windows with their targets (needs y)."""
+        if y is None and not isinstance(x, tf.data.Dataset):
+            raise ValueError("fit and evaluate need y = (answer_starts, answer_ends); "
+                             "predict needs only x")  # fmt: skip
+        if y is not None and not isinstance(y, tf.data.Dataset):
+            y = tuple(np.asarray(v, "int64") for v in (y if isinstance(y, tuple) else np.asarray(y).T))
+        pairs = self.batched(x, y, sample_weight, 256, shuffle=training, seed=seed)
+
+        def to_windows(x, y):
+            questions, contexts = self.preprocessor.segments(x)
+            w = self.preprocessor.windows(questions, contexts, y[0], y[1])
+            return ({n: w[n] for n in INPUT_NAMES},
+                    {"start_logits": w["start_positions"], "end_logits": w["end_positions"]})
+
+        windows = pairs.map(to_windows, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+        if training:
+            windows = windows.shuffle(4 * (batch_size or 32), seed=seed)
+        return windows.padded_batch(batch_size or 32).prefetch(tf.data.AUTOTUNE)
+
+    def answer(self, questions, contexts):
+        """tf.string (batch,) questions and passages -> the best answers, in the graph: `answer`,
+        `start`, `end` (character offsets, -1 for none), `score`, `no_answer` (SQuAD 2.0) and
+        `candidates` (the n-best; see SpanWindows.decode)."""
+        return self.preprocessor.answer(self, questions, contexts, self.threshold)
+
+    def predict(self, x, batch_size=None, verbose="auto", **kwargs):
+        """Answers for x = (questions, passages): a dict of NumPy arrays over the questions,
+        `answer` (str), `start`, `end`, `score`, `no_answer` (SQuAD 2.0), and `candidates`, a
+        dict of (questions, n_best_size) arrays: `scores`, `char_starts`, `char_ends`, and
+        `null_score` (questions,)."""
+        answer = tf.function(self.answer, reduce_retracing=True)
+        batches = self.batched(x, batch_size=batch_size)
+        progress = keras.utils.Progbar(None, unit_name="question", verbose=verbose != 0)
+        results = []
+        for batch in batches:
+            questions, contexts = self.preprocessor.segments(
+                keras.utils.unpack_x_y_sample_weight(batch)[0])
+            result = tf.nest.map_structure(lambda t: t.numpy(), answer(questions, contexts))
+            results.append(_pad_candidates(result, self.preprocessor.n_best_size))
+            progress.add(len(result["answer"]))
+        merged = tf.nest.map_structure(lambda *parts: np.concatenate(parts), *results)
+        merged["answer"] = np.array([a.decode("utf-8") for a in merged["answer"]], object)
+        return merged
+
+    def serving_functions(self):
+        def from_text(question, context):
+            result = self.answer(question, context)
+            del result["candidates"]
+            return result
+
+        return {"serving_default": (from_text, serving.text_specs(("question", "context")))}
+
+    def warmup_requests(self):
+        texts = ["A short warm-up passage.", "", "Another, longer passage to warm up the server."]
+        return [{"question": ["Who warms up?"], "context": texts[:1]},
+                {"question": ["Who?"] * 3, "context": texts}]  # fmt: skip
+
+    def get_config(self):
+        return {**super().get_config(), "version_2_with_negative": self.version_2_with_negative,
+                "null_score_diff_threshold": self.null_score_diff_threshold}  # fmt: skip
+
+
+def _pad_candidates(result, n_best):
+    """Pads the n-best arrays of one batch to n_best columns, so batches concatenate."""
+    candidates = dict(result["candidates"])
+    for key, fill in (("scores", -np.inf), ("char_starts", -1), ("char_ends", -1)):
+        values = candidates[key]
+        candidates[key] = np.pad(values, ((0, 0), (0, n_best - values.shape[1])),
+                                 constant_values=fill)  # fmt: skip
+    return {**result, "candidates": candidates}

@@ -1,0 +1,120 @@
+"""SavedModels that TF Serving runs, with the tokenizer and packer inside.
+
+Every export is checked op by op against keras_bert/serving_ops.txt (what TF Serving 2.12 can
+run: core TensorFlow 2.12 plus its bundled tensorflow-text 2.12.1) and written under a
+temporary name, then renamed into `<export_dir>/<model_name>/<version>/`, the layout TF Serving
+watches; it ignores the temporary name.
+"""
+
+import os
+import shutil
+import time
+
+import tensorflow as tf
+from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+from keras_bert.encoder import INPUT_NAMES
+
+SERVING_OPS = os.path.join(os.path.dirname(__file__), "serving_ops.txt")
+
+
+def text_specs(names):
+    """One rank-1 string input per name: the only place signature inputs are spelled."""
+    return [tf.TensorSpec([None], tf.string, name=name) for name in names]
+
+
+def token_id_specs(shape=(None, None)):
+    return [tf.TensorSpec(shape, tf.int32, name=name) for name in INPUT_NAMES]
+
+
+class ServingModule(tf.Module):
+    """What a SavedModel of a task model holds: its serving functions, the preprocessor they
+    run (vocabulary included) and the model's weights, and nothing else (no optimizer state).
+
+    `model.serving_functions()` gives {signature name: (function, input specs)}.
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        self.preprocessor = model.preprocessor
+        self.model_weights = list(model.weights)  # the variables the functions read
+        self.functions = {
+            name: tf.function(function, input_signature=specs)
+            for name, (function, specs) in model.serving_functions().items()
+        }
+
+
+def export(model, model_dir, version=None):
+    """Writes `model` as `<model_dir>/<version>/` for TF Serving; returns that path."""
+    module = ServingModule(model)
+    return save_versioned(module, module.functions, model_dir, model.warmup_requests(),
+                          version)  # fmt: skip
+
+
+def graph_ops(saved_model_dir):
+    """Every op type in a SavedModel's graph and function library."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    ops = set()
+    for meta_graph in proto.meta_graphs:
+        ops |= {node.op for node in meta_graph.graph_def.node}
+        for function in meta_graph.graph_def.library.function:
+            ops |= {node.op for node in function.node_def}
+    return ops
+
+
+def check_serving_ops(saved_model_dir):
+    """Raises ValueError naming every op of the export that TF Serving 2.12 lacks."""
+    with open(SERVING_OPS, encoding="utf-8") as f:
+        allowed = {line.strip() for line in f if line.strip() and not line.startswith("#")}
+    unsupported = sorted(graph_ops(saved_model_dir) - allowed)
+    if unsupported:
+        raise ValueError(f"{saved_model_dir} uses ops TF Serving 2.12 cannot run: "
+                         f"{', '.join(unsupported)}")  # fmt: skip
+
+
+def write_warmup_requests(saved_model_dir, model_name, examples):
+    """assets.extra/tf_serving_warmup_requests: `examples` ({input: list of str}) as Predict
+    requests, so the server traces its functions before the first real request."""
+    folder = os.path.join(saved_model_dir, "assets.extra")
+    os.makedirs(folder, exist_ok=True)
+    with tf.io.TFRecordWriter(os.path.join(folder, "tf_serving_warmup_requests")) as writer:
+        for example in examples:
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name=model_name, signature_name="serving_default")
+            )
+            for name, values in example.items():
+                request.inputs[name].CopyFrom(tf.make_tensor_proto(values, dtype=tf.string))
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request)
+            )
+            writer.write(log.SerializeToString())
+
+
+def next_version(model_dir):
+    versions = (
+        [int(n) for n in os.listdir(model_dir) if n.isdigit()] if os.path.isdir(model_dir) else []
+    )
+    return max(versions, default=0) + 1
+
+
+def save_versioned(module, signatures, model_dir, warmup=None, version=None):
+    """Saves, checks ops, adds warmup requests, then renames into place. Returns the path."""
+    model_name = os.path.basename(os.path.normpath(model_dir))
+    version = version or next_version(model_dir)
+    final = os.path.join(model_dir, str(version))
+    if os.path.exists(final):
+        raise FileExistsError(f"{final} exists; pick another --version")
+    tmp = os.path.join(model_dir, f".tmp-{version}-{int(time.time())}")
+    try:
+        tf.saved_model.save(module, tmp, signatures=signatures)
+        check_serving_ops(tmp)
+        if warmup:
+            write_warmup_requests(tmp, model_name, warmup)
+        os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

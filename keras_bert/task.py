@@ -1,0 +1,229 @@
+"""BertTask: what every task model shares. Raw strings in `fit`, `evaluate` and `predict`; the
+fine-tuning recipe as `compile()`'s defaults; `save` without optimizer state; `export` for TF
+Serving.
+
+A task model is a functional Keras model from encoder inputs (token ids) to its head's logits,
+plus a `preprocessor` layer that turns raw strings into those inputs. `fit` and friends map the
+preprocessor over the data in `tf.data` (batches padded to their longest member), so the graph
+that trains is the graph that `predict` and an export run.
+"""
+
+import dataclasses
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_bert import checkpoints, optimization, serving
+from keras_bert.encoder import INPUT_NAMES
+from keras_bert.tokenizer import BertTokenizer
+
+
+@dataclasses.dataclass
+class _Recipe:
+    """compile()'s optimizer settings, kept until fit() knows how many steps it runs."""
+
+    learning_rate: float
+    warmup_proportion: float
+    weight_decay: float
+    clipnorm: float
+    compile_kwargs: dict
+
+
+def load_pretrained(path, do_lower_case=None):
+    """(encoder, tokenizer) of a Google, Hugging Face or keras-bert checkpoint folder."""
+    checkpoint = checkpoints.load_checkpoint(path, do_lower_case)
+    return checkpoint.encoder, BertTokenizer(checkpoint.vocab_file, checkpoint.do_lower_case)
+
+
+def _as_tensors(value):
+    """Python lists / NumPy arrays (or tuples and dicts of them) -> what from_tensor_slices takes;
+    nested lists of unequal length become ragged tensors."""
+    if isinstance(value, dict):
+        return {k: _as_tensors(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_as_tensors(v) for v in value)
+    if isinstance(value, list) and value and isinstance(value[0], (list, tuple)):
+        if len({len(v) for v in value}) > 1:
+            return tf.ragged.constant(value)
+    return tf.convert_to_tensor(value) if not tf.is_tensor(value) else value
+
+
+def _length(value):
+    if isinstance(value, dict):
+        value = next(iter(value.values()))
+    if isinstance(value, tuple):
+        value = value[0]
+    return int(value.shape[0]) if tf.is_tensor(value) else len(value)
+
+
+class BertTask(keras.Model):
+    """Base class of the task models; subclasses build the functional graph and define
+    `preprocess_batch`, `default_loss` and `serving_functions`."""
+
+    def preprocess_batch(self, x, y=None, sample_weight=None):
+        """One batch of raw data -> (encoder inputs, targets, weights), in the graph."""
+        return self.preprocessor(x), y, sample_weight
+
+    def _preprocess_element(self, *data):
+        # A one-part element is x alone (a tuple there is a pair of texts, not (x, y)).
+        x, y, sample_weight = (data[0], None, None) if len(data) == 1 else (
+            keras.utils.unpack_x_y_sample_weight(data))  # fmt: skip
+        if isinstance(x, dict) and "input_word_ids" in x:  # already token ids
+            return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
+        return keras.utils.pack_x_y_sample_weight(*self.preprocess_batch(x, y, sample_weight))
+
+    def batched(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=None):
+        """Raw data as a batched tf.data.Dataset of raw strings (and targets). A Dataset is
+        taken as it is (batched, with elements x, (x, y) or (x, y, sample_weight))."""
+        if isinstance(x, tf.data.Dataset):
+            if y is not None:
+                raise ValueError("x is a tf.data.Dataset: put the targets in its elements, "
+                                 "(x, y), rather than passing y")  # fmt: skip
+            return x
+        if x is None:
+            raise ValueError("no data: pass x (raw strings)")
+        data = keras.utils.pack_x_y_sample_weight(_as_tensors(x), *[
+            _as_tensors(v) for v in (y, sample_weight) if v is not None])  # fmt: skip
+        dataset = tf.data.Dataset.from_tensor_slices(data)
+        if shuffle:
+            dataset = dataset.shuffle(_length(x), seed=seed, reshuffle_each_iteration=True)
+        return dataset.batch(batch_size or 32)
+
+    def make_dataset(self, x, y=None, sample_weight=None, batch_size=None, training=False,
+                     seed=None):  # fmt: skip
+        """Batches of encoder inputs (and targets), ready for Keras."""
+        dataset = self.batched(x, y, sample_weight, batch_size, shuffle=training, seed=seed)
+        return dataset.map(self._preprocess_element, num_parallel_calls=tf.data.AUTOTUNE
+                           ).prefetch(tf.data.AUTOTUNE)  # fmt: skip
+
+    # --- Keras entry points on raw strings ---
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", *, learning_rate=5e-5,
+                warmup_proportion=0.1, weight_decay=0.01, clipnorm=1.0, total_steps=None,
+                **kwargs):  # fmt: skip
+        """Keras `compile` with the fine-tuning recipe as defaults: `optimizer="auto"` is AdamW
+        (weight decay not on LayerNorm and bias weights) with linear warmup over
+        `warmup_proportion` of the steps then linear decay to 0 at `total_steps`, and
+        global-norm clipping; when `total_steps` is None, `fit` counts them."""
+        loss = self.default_loss() if loss == "auto" else loss
+        metrics = self.default_metrics() if metrics == "auto" else metrics
+        self._recipe = None
+        if optimizer == "auto":
+            recipe = _Recipe(learning_rate, warmup_proportion, weight_decay, clipnorm,
+                             dict(loss=loss, metrics=metrics, **kwargs))  # fmt: skip
+            if total_steps:
+                optimizer = self._recipe_optimizer(recipe, total_steps)
+            else:
+                self._recipe = recipe
+                optimizer = keras.optimizers.AdamW(learning_rate)  # replaced when fit starts
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    @staticmethod
+    def _recipe_optimizer(recipe, total_steps):
+        return optimization.create_optimizer(
+            recipe.learning_rate, total_steps, int(total_steps * recipe.warmup_proportion),
+            weight_decay=recipe.weight_decay, clipnorm=recipe.clipnorm)  # fmt: skip
+
+    def default_loss(self):
+        raise NotImplementedError
+
+    def default_metrics(self):
+        return None
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, *, sample_weight=None,
+            validation_data=None, steps_per_epoch=None, shuffle=True, seed=None, **kwargs):  # fmt: skip
+        """Keras `fit` on raw data: x a list or array of strings (a pair of them for pair
+        tasks), y the targets; or x a batched tf.data.Dataset of (strings, targets)."""
+        if not self.compiled:
+            self.compile()
+        dataset = self.make_dataset(x, y, sample_weight, batch_size, training=shuffle,
+                                    seed=seed)  # fmt: skip
+        if getattr(self, "_recipe", None) is not None:
+            steps = steps_per_epoch or self.count_steps(dataset)
+            recipe, self._recipe = self._recipe, None
+            super().compile(optimizer=self._recipe_optimizer(recipe, steps * epochs),
+                            **recipe.compile_kwargs)  # fmt: skip
+        if validation_data is not None:
+            validation_data = self.make_dataset(
+                *keras.utils.unpack_x_y_sample_weight(validation_data), batch_size=batch_size)
+        return super().fit(dataset, epochs=epochs, validation_data=validation_data,
+                           steps_per_epoch=steps_per_epoch, shuffle=False, **kwargs)  # fmt: skip
+
+    @staticmethod
+    def count_steps(dataset):
+        steps = int(dataset.cardinality())
+        if steps < 0:  # unknown (after unbatching windows, say): count them once
+            steps = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
+        if steps == 0:
+            raise ValueError("no training data: the dataset is empty")
+        return steps
+
+    def evaluate(self, x=None, y=None, batch_size=None, *, sample_weight=None, **kwargs):
+        """Keras `evaluate` on raw data (as `fit` takes it)."""
+        if not self.compiled:
+            self.compile()
+        dataset = self.make_dataset(x, y, sample_weight, batch_size)
+        return super().evaluate(dataset, **kwargs)
+
+    def predict(self, x, batch_size=None, **kwargs):
+        """Keras `predict` on raw strings; returns the model's outputs (logits)."""
+        return super().predict(self.make_dataset(x, batch_size=batch_size), **kwargs)
+
+    # --- Saving and export ---
+
+    def save(self, filepath, overwrite=True, include_optimizer=False, **kwargs):
+        """Saves one `.keras` file that predicts on raw strings with nothing beside it.
+        Optimizer state (two slots per weight with AdamW) is left out unless asked for."""
+        if include_optimizer or not self.compiled:
+            return super().save(filepath, overwrite=overwrite, **kwargs)
+        optimizer = self.optimizer
+        # Hidden for the save only: Keras saves an optimizer's state and a compile config
+        # (which would rebuild an empty optimizer on load) when it finds them.
+        object.__setattr__(self, "optimizer", None)
+        object.__setattr__(self, "compiled", False)
+        try:
+            return super().save(filepath, overwrite=overwrite, **kwargs)
+        finally:
+            object.__setattr__(self, "optimizer", optimizer)
+            object.__setattr__(self, "compiled", True)
+
+    def export(self, filepath, version=None, **kwargs):
+        """Writes a TF Serving SavedModel to `<filepath>/<version>/` (default: one more than the
+        newest there) and returns its path: strings-in `serving_default`, `serve_token_ids`,
+        inference weights only, warmup requests, every op checked against what TF Serving
+        2.12 can run."""
+        if kwargs:
+            raise ValueError(f"unexpected arguments {sorted(kwargs)}; keras_bert task models "
+                             "export TF Serving SavedModels only")  # fmt: skip
+        return serving.export(self, filepath, version)
+
+    def serving_functions(self):
+        raise NotImplementedError
+
+    def warmup_requests(self):
+        texts = ["A short warm-up sentence.", "",
+                 "Another, somewhat longer sentence to warm up the server before it serves."]  # fmt: skip
+        names = self.preprocessor.text_names
+        return [{n: texts[:1] for n in names}, {n: texts for n in names}]
+
+    def token_id_function(self, outputs, shape=(None, None)):
+        """serve_token_ids: the encoder inputs in, `outputs(logits)` out."""
+        def from_token_ids(*ids):
+            return outputs(self(dict(zip(INPUT_NAMES, ids)), training=False))
+
+        return from_token_ids, serving.token_id_specs(shape)
+
+    # --- Serialization ---
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable,
+                "encoder": keras.saving.serialize_keras_object(self.encoder),
+                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor)}  # fmt: skip
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for key in ("encoder", "preprocessor"):
+            config[key] = keras.saving.deserialize_keras_object(config[key])
+        return cls(**config)

@@ -1,0 +1,123 @@
+"""Token classification (CoNLL-style named entities) on raw strings.
+
+    model = keras_bert.BertTokenClassifier.from_checkpoint(path, tags=["O", "B-PER", "I-PER"])
+    model.fit(["Ann met Bob"], [["B-PER", "O", "B-PER"]], epochs=3)
+    model.predict(["Ann met Bob"])["entities"]  # [[{"text": "Ann", "type": "PER", ...}, ...]]
+
+Words are split at white space; each word's tag is learnt and predicted on its first word piece,
+and the tags (IOB2) are read as entities with character offsets inside the TensorFlow graph
+(keras_bert/tagging.py), the same code in `predict` and an export.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_bert import serving
+from keras_bert.encoder import INPUT_NAMES
+from keras_bert.heads import TokenClassifierHead
+from keras_bert.tagging import IGNORE, WordTagger
+from keras_bert.task import BertTask, load_pretrained
+
+
+@keras.saving.register_keras_serializable(package="keras_bert")
+class BertTokenClassifier(BertTask):
+    """Dropout and a dense layer on every token: float32 (batch, seq, len(tags)) logits.
+
+    Args:
+      encoder: a `BertEncoder`.
+      preprocessor: a `WordTagger` (tokenizer, packer and the IOB2 tag set, "O" first or not).
+      dropout: before the dense layer (default: the encoder's hidden dropout).
+
+    `fit` takes x, a list of sentences, and y, each sentence's word tags (lists of str).
+    """
+
+    def __init__(self, encoder, preprocessor, dropout=None, **kwargs):
+        dropout = encoder.config.hidden_dropout_prob if dropout is None else dropout
+        # === Layers ===
+        head = TokenClassifierHead(len(preprocessor.tags), dropout,
+                                   encoder.config.initializer_range, dtype=encoder.policy,
+                                   name="tags")  # fmt: skip
+        # === Graph ===
+        inputs = {n: keras.Input((None,), dtype="int32", name=n) for n in INPUT_NAMES}
+        super().__init__(inputs=inputs, outputs=head(encoder(inputs)["sequence_output"]),
+                         **kwargs)  # fmt: skip
+        # === Config ===
+        self.encoder = encoder
+        self.preprocessor = preprocessor
+        self.head = head
+        self.dropout = dropout
+
+    @classmethod
+    def from_checkpoint(cls, path, tags, *, sequence_length=128, do_lower_case=None, **kwargs):
+        encoder, tokenizer = load_pretrained(path, do_lower_case)
+        tagger = WordTagger.from_tokenizer(tokenizer, sequence_length, tags=tags)
+        return cls(encoder, tagger, **kwargs)
+
+    @property
+    def tags(self):
+        return self.preprocessor.tags
+
+    def default_loss(self):
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE)
+
+    def batched(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=None):
+        if y is not None and not isinstance(y, tf.data.Dataset):
+            y = self.tag_ids(y)
+        return super().batched(x, y, sample_weight, batch_size, shuffle, seed)
+
+    def tag_ids(self, word_tags):
+        """Lists of tag strings -> int32 ragged ids; a tag the model lacks is an error."""
+        index = {tag: i for i, tag in enumerate(self.tags)}
+        for row, tags in enumerate(word_tags):
+            unknown = [t for t in tags if t not in index]
+            if unknown:
+                raise ValueError(f"example {row}: tag {unknown[0]!r} is not one of the model's "
+                                 f"tags {self.tags}")  # fmt: skip
+        return tf.ragged.constant([[index[t] for t in tags] for tags in word_tags],
+                                  dtype=tf.int32, row_splits_dtype=tf.int64)  # fmt: skip
+
+    def preprocess_batch(self, x, y=None, sample_weight=None):
+        sentences = self.preprocessor.segments(x)[0]
+        if y is None:
+            return self.preprocessor.encode(sentences), None, sample_weight
+        inputs, labels = self.preprocessor.encode(sentences, y)
+        return inputs, labels, sample_weight
+
+    def tag(self, sentences):
+        """tf.string (batch,) -> `word_tags` (ragged tag ids) and the entities, padded:
+        `entity_text`, `entity_type`, `entity_start`, `entity_end` (character offsets, -1 as
+        padding), `num_entities`; in the graph."""
+        return self.preprocessor.tag(self, sentences)
+
+    def predict(self, x, batch_size=None, verbose="auto", **kwargs):
+        """For a list of sentences: {"word_tags": a list of tag lists, "entities": per sentence
+        a list of {"text", "type", "start", "end"} (character offsets [start, end))}."""
+        tag = tf.function(self.tag, reduce_retracing=True)
+        names = np.array(self.tags)
+        word_tags, entities = [], []
+        progress = keras.utils.Progbar(None, unit_name="sentence", verbose=verbose != 0)
+        for batch in self.batched(x, batch_size=batch_size):
+            x = keras.utils.unpack_x_y_sample_weight(batch)[0]
+            result = tag(self.preprocessor.segments(x)[0])
+            word_tags += [names[row].tolist() for row in result["word_tags"].numpy()]
+            found = {k: v.numpy() for k, v in result.items() if k != "word_tags"}
+            for i, count in enumerate(found["num_entities"]):
+                entities.append([{"text": found["entity_text"][i, j].decode("utf-8"),
+                                  "type": found["entity_type"][i, j].decode("utf-8"),
+                                  "start": int(found["entity_start"][i, j]),
+                                  "end": int(found["entity_end"][i, j])}
+                                 for j in range(count)])  # fmt: skip
+            progress.add(len(found["num_entities"]))
+        return {"word_tags": word_tags, "entities": entities}
+
+    def serving_functions(self):
+        def from_text(sentence):
+            result = self.tag(sentence)
+            del result["word_tags"]
+            return result
+
+        return {"serving_default": (from_text, serving.text_specs(("sentence",)))}
+
+    def get_config(self):
+        return {**super().get_config(), "dropout": self.dropout}

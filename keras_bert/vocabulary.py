@@ -1,0 +1,81 @@
+"""Reading and checking a BERT vocabulary (vocab.txt), and finding a checkpoint's.
+
+A leaf module: it imports nothing of keras_bert, so the tokenizer and the checkpoint readers
+both build on it.
+"""
+
+import json
+import logging
+import os
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def read_vocabulary(path):
+    """Reads a `vocab.txt` (one token per line, id = line number) into a list of tokens."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"vocabulary file not found: {path}")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not valid UTF-8 (byte {e.start}); vocab.txt must be UTF-8")
+    return text.rstrip("\n").split("\n")
+
+
+def check_vocabulary(vocabulary, source="vocabulary"):
+    """Raises ValueError unless the vocabulary is non-empty, unique and holds BERT's specials."""
+    if not vocabulary:
+        raise ValueError(f"{source} is empty")
+    missing = [token for token in SPECIAL_TOKENS if token not in vocabulary]
+    if missing:
+        raise ValueError(
+            f"{source} has no {', '.join(missing)} token(s); BERT needs all of "
+            f"{', '.join(SPECIAL_TOKENS)}"
+        )
+    seen = set()
+    for i, token in enumerate(vocabulary):
+        if token in seen:
+            raise ValueError(f"{source} lists the token {token!r} twice (again at line {i + 1})")
+        seen.add(token)
+
+
+def checkpoint_folder(path):
+    """The folder of a checkpoint given as a folder or as a Google checkpoint prefix."""
+    return path if os.path.isdir(path) else os.path.dirname(path)
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"could not read {path}: {e}") from e
+
+
+def find_vocabulary(path, do_lower_case=None):
+    """Returns (vocab_file, do_lower_case) for a checkpoint.
+
+    Unless given, lower-casing is read from tokenizer_config.json or keras_bert.json, and
+    otherwise inferred: a vocabulary without upper-case letters is an uncased one.
+    """
+    folder = checkpoint_folder(path)
+    vocab_file = os.path.join(folder, "vocab.txt")
+    if not os.path.isfile(vocab_file):
+        raise FileNotFoundError(f"{folder} has no vocab.txt")
+    if do_lower_case is not None:
+        return vocab_file, bool(do_lower_case)
+    for name in ("tokenizer_config.json", "keras_bert.json"):
+        settings = os.path.join(folder, name)
+        if os.path.isfile(settings):
+            value = read_json(settings).get("do_lower_case")
+            if value is not None:
+                return vocab_file, bool(value)
+    cased = any(
+        token != token.lower() for token in read_vocabulary(vocab_file) if not token.startswith("[")
+    )
+    logging.getLogger("absl").info(
+        "%s: do_lower_case=%s, inferred from the vocabulary", vocab_file, not cased
+    )
+    return vocab_file, not cased
