@@ -139,6 +139,10 @@ class BertTask(keras.Model):
             self.compile()
         dataset = self.make_dataset(x, y, sample_weight, batch_size, training=shuffle,
                                     seed=seed)  # fmt: skip
+        if steps_per_epoch is None and int(dataset.cardinality()) < 0:
+            # Windows of SQuAD passages, say: count them once, so that Keras knows an epoch.
+            dataset = dataset.apply(tf.data.experimental.assert_cardinality(
+                self.count_steps(dataset)))  # fmt: skip
         if getattr(self, "_recipe", None) is not None:
             steps = steps_per_epoch or self.count_steps(dataset)
             recipe, self._recipe = self._recipe, None

@@ -21,6 +21,7 @@ flags.DEFINE_multi_string("classify", ["A gripping, beautifully acted film.",
                                        "Two hours of my life I will never get back.",
                                        "It was fine, I guess."],
                           "Sentences to classify through the reloaded export.")  # fmt: skip
+flags.DEFINE_string("export_dir", "exported", "Base folder for the SavedModel (TF Serving layout).")
 flags.adopt_module_key_flags(glue)
 
 DEFAULTS = {
@@ -31,7 +32,6 @@ DEFAULTS = {
     "learning_rate": 1e-4,
     "mixed_precision": "bfloat16",
     "bucket_by_length": True,
-    "export_dir": "exported",
 }
 
 

@@ -1,0 +1,190 @@
+"""The library's task models as a Keras user meets them: raw strings in fit / evaluate /
+predict, one self-contained .keras file, and one export call."""
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import served_in_clean_process
+
+import keras_bert
+
+SENTENCES = ["a gripping , moving film", "dull and far too long", "a delight", "tedious mess"]
+LABELS = [1, 0, 1, 0]
+
+
+@pytest.fixture
+def classifier(tiny_checkpoint):
+    return keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=2,
+                                                     sequence_length=32, labels=["neg", "pos"])  # fmt: skip
+
+
+def weights_bytes(model):
+    return sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in model.weights)
+
+
+def test_public_names_need_no_submodules():
+    for name in ("BertClassifier", "BertMultipleChoice", "BertQuestionAnswerer",
+                 "BertTokenClassifier", "BertPretrainer", "BertEncoder", "BertTokenizer",
+                 "BertPacker", "BertPreprocessor", "load_checkpoint", "save_checkpoint",
+                 "create_optimizer"):  # fmt: skip
+        assert hasattr(keras_bert, name), name
+
+
+def test_classifier_learns_from_lists_arrays_and_datasets(classifier):
+    classifier.compile(learning_rate=2e-2)
+    x, y = SENTENCES * 8, LABELS * 8
+    before = classifier.evaluate(x, y, verbose=0, return_dict=True)["loss"]
+    classifier.fit(x, y, batch_size=8, epochs=20, verbose=0)
+    after = classifier.evaluate(np.array(x), np.array(y), verbose=0, return_dict=True)
+    assert after["loss"] < 0.5 * before and after["accuracy"] == 1.0
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(5)
+    assert classifier.evaluate(dataset, verbose=0, return_dict=True)["accuracy"] == 1.0
+    logits = classifier.predict(SENTENCES, verbose=0)
+    assert logits.shape == (4, 2) and logits.argmax(-1).tolist() == LABELS
+    from_dataset = classifier.predict(tf.data.Dataset.from_tensor_slices(SENTENCES).batch(3),
+                                      verbose=0)  # fmt: skip
+    np.testing.assert_allclose(from_dataset, logits, atol=1e-5)
+
+
+def test_compile_auto_counts_the_steps_of_its_warmup_and_decay(classifier):
+    classifier.compile(learning_rate=1e-3, warmup_proportion=0.5)
+    classifier.fit(SENTENCES * 4, LABELS * 4, batch_size=4, epochs=2, verbose=0)
+    schedule = classifier.optimizer.learning_rate_schedule if hasattr(
+        classifier.optimizer, "learning_rate_schedule") else classifier.optimizer._learning_rate  # fmt: skip
+    assert (schedule.total_steps, schedule.warmup_steps) == (8, 4)
+    assert classifier.optimizer.global_clipnorm == 1.0
+    assert float(classifier.optimizer.learning_rate) == 0.0  # decayed to 0 at the last step
+
+
+def test_pair_classifier_and_regression(tiny_checkpoint):
+    model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=1,
+                                                      num_segments=2, sequence_length=16)  # fmt: skip
+    first, second = ["a cat", "a dog", "the mat"], ["a cat", "a fish", "on it"]
+    model.compile(learning_rate=1e-2)
+    history = model.fit((first, second), [5.0, 1.0, 2.5], epochs=6, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    assert model.predict((first, second), verbose=0).shape == (3, 1)
+    with pytest.raises(ValueError, match="takes 2 text"):
+        model.predict(first, verbose=0)
+
+
+def test_bad_labels_and_inputs_are_refused_in_one_line(classifier):
+    classifier.compile()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not below num_classes=2"):
+        classifier.fit(SENTENCES, [0, 1, 2, 1], verbose=0)
+    with pytest.raises(ValueError, match="takes 1 text"):
+        classifier.predict((SENTENCES, SENTENCES), verbose=0)
+    with pytest.raises(ValueError, match="must be strings"):
+        classifier.predict([1, 2, 3], verbose=0)
+
+
+def test_saved_file_stands_alone_without_optimizer_state(classifier, tmp_path):
+    classifier.compile(learning_rate=2e-2)
+    classifier.fit(SENTENCES * 8, LABELS * 8, batch_size=8, epochs=8, verbose=0)
+    path = str(tmp_path / "alone" / "model.keras")
+    os.makedirs(os.path.dirname(path))
+    classifier.save(path)
+    assert os.listdir(tmp_path / "alone") == ["model.keras"]
+    with zipfile.ZipFile(path) as archive:
+        weights = archive.getinfo("model.weights.h5").file_size
+        assert any(name.endswith("vocab.txt") for name in archive.namelist())
+    assert weights < 1.1 * weights_bytes(classifier)  # AdamW's two slots per weight are absent
+    classifier.save(str(tmp_path / "with.keras"), include_optimizer=True)
+    with zipfile.ZipFile(str(tmp_path / "with.keras")) as archive:
+        assert archive.getinfo("model.weights.h5").file_size > 2.5 * weights_bytes(classifier)
+    script = (
+        "import json, sys, numpy as np, keras_bert, keras\n"
+        "model = keras.saving.load_model(sys.argv[1])\n"
+        "print(json.dumps(model.predict(json.loads(sys.argv[2]), verbose=0).tolist()))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, path, json.dumps(SENTENCES)],
+                            capture_output=True, text=True, timeout=300, cwd=str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    reloaded = json.loads(result.stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(reloaded, classifier.predict(SENTENCES, verbose=0), atol=1e-5)
+
+
+def test_export_serves_strings_with_inference_weights_only(classifier, tmp_path):
+    classifier.compile(learning_rate=3e-3)
+    classifier.fit(SENTENCES * 4, LABELS * 4, batch_size=8, epochs=1, verbose=0)
+    path = classifier.export(str(tmp_path / "sst2"))
+    assert path == str(tmp_path / "sst2" / "1")
+    variables = os.path.join(path, "variables")
+    size = sum(os.path.getsize(os.path.join(variables, n)) for n in os.listdir(variables))
+    assert size < 1.1 * weights_bytes(classifier)
+    body = (
+        "out = f(sentence=tf.constant(json.loads(sys.stdin.read())))\n"
+        "print(json.dumps({'label': [x.decode() for x in out['label'].numpy()],"
+        " 'probabilities': out['probabilities'].numpy().tolist()}))\n"
+    )
+    served = served_in_clean_process(path, body, json.dumps(SENTENCES))
+    expected = tf.nn.softmax(classifier.predict(SENTENCES, verbose=0)).numpy()
+    np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
+    assert served["label"] == [["neg", "pos"][i] for i in expected.argmax(-1)]
+
+
+def test_multiple_choice_learns_and_reloads(tiny_checkpoint, tmp_path):
+    model = keras_bert.BertMultipleChoice.from_checkpoint(tiny_checkpoint, num_choices=3,
+                                                          sequence_length=16)  # fmt: skip
+    contexts = ["the cat sat", "a dog ran", "hello world"] * 4
+    endings = [["on the mat", "a a a", "the the"], ["a a a", "far away", "the the"],
+               ["the the", "a a a", "again !"]] * 4  # fmt: skip
+    labels = [0, 1, 2] * 4
+    model.compile(learning_rate=2e-2)
+    model.fit((contexts, endings), labels, batch_size=4, epochs=10, verbose=0)
+    assert model.predict((contexts, endings), verbose=0).argmax(-1).tolist() == labels
+    model.save(str(tmp_path / "swag.keras"))
+    reloaded = keras.saving.load_model(str(tmp_path / "swag.keras"))
+    np.testing.assert_allclose(reloaded.predict((contexts[:3], endings[:3]), verbose=0),
+                               model.predict((contexts[:3], endings[:3]), verbose=0), atol=1e-5)
+
+
+PASSAGE = "The Normans gave their name to Normandy, a region in France, in the 10th century."
+QUESTIONS = ["Who gave their name to Normandy?", "Where is Normandy?", "When?"]
+ANSWERS = ["The Normans", "France", "the 10th century"]
+
+
+def test_question_answerer_learns_spans_and_reloads(tiny_checkpoint, tmp_path):
+    model = keras_bert.BertQuestionAnswerer.from_checkpoint(
+        tiny_checkpoint, sequence_length=32, max_query_length=12, doc_stride=8)
+    starts = [PASSAGE.index(a) for a in ANSWERS]
+    ends = [s + len(a) for s, a in zip(starts, ANSWERS)]
+    model.compile(learning_rate=1e-2)
+    model.fit((QUESTIONS * 4, [PASSAGE] * 12), (starts * 4, ends * 4), batch_size=8, epochs=25,
+              verbose=0)  # fmt: skip
+    result = model.predict((QUESTIONS, [PASSAGE] * 3), verbose=0)
+    # A 2-layer, 12-wide random encoder learns the starts; most ends too (chance: ~1 in 300).
+    assert result["start"].tolist() == starts
+    assert sum(a == b for a, b in zip(result["answer"].tolist(), ANSWERS)) >= 2
+    assert [PASSAGE[s:e] for s, e in zip(result["start"], result["end"])] == result["answer"].tolist()
+    model.save(str(tmp_path / "qa.keras"))
+    reloaded = keras.saving.load_model(str(tmp_path / "qa.keras"))
+    assert reloaded.preprocessor.doc_stride == 8
+    again = reloaded.predict((QUESTIONS, [PASSAGE] * 3), verbose=0)
+    assert again["answer"].tolist() == result["answer"].tolist()
+
+
+def test_token_classifier_learns_entities_and_refuses_unknown_tags(tiny_checkpoint, tmp_path):
+    tags = ["O", "B-PER", "I-PER", "B-LOC"]
+    model = keras_bert.BertTokenClassifier.from_checkpoint(tiny_checkpoint, tags,
+                                                           sequence_length=24)  # fmt: skip
+    sentences = ["hello world the cat sat", "the dog sat on the mat"] * 8
+    word_tags = [["O", "B-LOC", "O", "B-PER", "O"], ["O", "B-PER", "O", "O", "O", "B-LOC"]] * 8
+    model.compile(learning_rate=1e-2)
+    model.fit(sentences, word_tags, batch_size=8, epochs=15, verbose=0)
+    result = model.predict(sentences[:2], verbose=0)
+    assert result["word_tags"] == word_tags[:2]
+    assert result["entities"][0] == [{"text": "world", "type": "LOC", "start": 6, "end": 11},
+                                     {"text": "cat", "type": "PER", "start": 16, "end": 19}]  # fmt: skip
+    with pytest.raises(ValueError, match="tag 'B-ORG' is not one of the model's tags"):
+        model.fit(sentences[:1], [["B-ORG", "O", "O", "O", "O"]], verbose=0)
+    model.save(str(tmp_path / "ner.keras"))
+    reloaded = keras.saving.load_model(str(tmp_path / "ner.keras"))
+    assert reloaded.predict(sentences[:2], verbose=0) == result
