@@ -18,7 +18,7 @@ from keras_bert.encoder import INPUT_NAMES
 from keras_bert.preprocessing import BertPreprocessor
 from keras_bert.tokenizer import BertPacker
 
-NO_POSITION = tf.constant(-1, tf.int64)  # character offset of positions off the passage
+NO_POSITION = -1  # character offset of positions off the passage (a Python int: no tensor at import)
 
 
 @keras.saving.register_keras_serializable(package="keras_bert")
@@ -97,7 +97,8 @@ class SpanWindows(BertPreprocessor):
 
         def on_positions(values):  # passage-token values -> (windows, seq)
             prefix = tf.ragged.range(prefix_lengths) * 0 + NO_POSITION
-            return tf.concat([prefix, values], axis=1).to_tensor(NO_POSITION, shape=shape)
+            return tf.concat([prefix, values], axis=1).to_tensor(tf.constant(NO_POSITION, tf.int64),
+                                                                shape=shape)  # fmt: skip
 
         result = {
             **inputs,
@@ -178,8 +179,9 @@ class SpanWindows(BertPreprocessor):
         found = best.values > neg_inf
 
         def ranked(values):  # candidates in score order; NO_POSITION where there are none
-            values = tf.gather(per_pair(values, NO_POSITION), best.indices, batch_dims=1)
-            return tf.where(found, values, NO_POSITION)
+            values = tf.gather(per_pair(values, tf.constant(NO_POSITION, tf.int64)), best.indices,
+                               batch_dims=1)  # fmt: skip
+            return tf.where(found, values, tf.constant(NO_POSITION, tf.int64))
 
         null = start_logits[:, 0] + end_logits[:, 0]
         return {
@@ -209,8 +211,9 @@ class SpanWindows(BertPreprocessor):
                 best["null_score"] - score > null_score_diff_threshold)
         text = tf.strings.substr(contexts, tf.maximum(start, 0), tf.maximum(end - start, 0),
                                  unit="UTF8_CHAR")  # fmt: skip
-        result.update(answer=tf.where(empty, "", text), start=tf.where(empty, NO_POSITION, start),
-                      end=tf.where(empty, NO_POSITION, end))  # fmt: skip
+        none = tf.constant(NO_POSITION, tf.int64)
+        result.update(answer=tf.where(empty, "", text), start=tf.where(empty, none, start),
+                      end=tf.where(empty, none, end))  # fmt: skip
         return result
 
 
