@@ -18,6 +18,13 @@ from keras_bert.task import BertTask, load_pretrained
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 
 
+def class_outputs(logits):
+    """Logits -> `label_id` (the argmax) and `probabilities` (softmax), as exports return them."""
+    logits = tf.cast(logits, tf.float32)
+    return {"label_id": tf.argmax(logits, axis=-1, output_type=tf.int32),
+            "probabilities": tf.nn.softmax(logits, axis=-1)}  # fmt: skip
+
+
 @_SERIALIZABLE
 class BertClassifier(BertTask):
     """The pooled [CLS] output, dropout and a dense layer: float32 (batch, num_classes) logits.
@@ -83,13 +90,11 @@ class BertClassifier(BertTask):
     def serving_outputs(self, logits):
         """Logits -> what an export returns: `score` for regression, else `label_id`,
         `probabilities` and (with label names) `label`."""
-        logits = tf.cast(logits, tf.float32)
         if self.num_classes == 1:
-            return {"score": logits[:, 0]}
-        label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        outputs = {"label_id": label_ids, "probabilities": tf.nn.softmax(logits, axis=-1)}
+            return {"score": tf.cast(logits, tf.float32)[:, 0]}
+        outputs = class_outputs(logits)
         if self.labels is not None:
-            outputs["label"] = tf.gather(tf.constant(self.labels), label_ids)
+            outputs["label"] = tf.gather(tf.constant(self.labels), outputs["label_id"])
         return outputs
 
     def serving_functions(self):
@@ -152,21 +157,15 @@ class BertMultipleChoice(BertTask):
     def default_metrics(self):
         return [keras.metrics.SparseCategoricalAccuracy("accuracy")]
 
-    def serving_outputs(self, logits):
-        logits = tf.cast(logits, tf.float32)
-        return {"label_id": tf.argmax(logits, axis=-1, output_type=tf.int32),
-                "probabilities": tf.nn.softmax(logits, axis=-1)}  # fmt: skip
-
     def serving_functions(self):
         def from_choices(context, endings):
-            return self.serving_outputs(self(self.preprocessor((context, endings)),
-                                             training=False))  # fmt: skip
+            return class_outputs(self(self.preprocessor((context, endings)), training=False))
 
         specs = [tf.TensorSpec([None], tf.string, name="context"),
                  tf.TensorSpec([None, self.num_choices], tf.string, name="endings")]  # fmt: skip
         return {
             "serving_default": (from_choices, specs),
-            "serve_token_ids": self.token_id_function(self.serving_outputs,
+            "serve_token_ids": self.token_id_function(class_outputs,
                                                       (None, self.num_choices, None)),
         }
 

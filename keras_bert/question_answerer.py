@@ -105,16 +105,8 @@ class BertQuestionAnswerer(BertTask):
         `answer` (str), `start`, `end`, `score`, `no_answer` (SQuAD 2.0), and `candidates`, a
         dict of (questions, n_best_size) arrays: `scores`, `char_starts`, `char_ends`, and
         `null_score` (questions,)."""
-        answer = tf.function(self.answer, reduce_retracing=True)
-        batches = self.batched(x, batch_size=batch_size)
-        progress = keras.utils.Progbar(None, unit_name="question", verbose=verbose != 0)
-        results = []
-        for batch in batches:
-            questions, contexts = self.preprocessor.segments(
-                keras.utils.unpack_x_y_sample_weight(batch)[0])
-            result = tf.nest.map_structure(lambda t: t.numpy(), answer(questions, contexts))
-            results.append(_pad_candidates(result, self.preprocessor.n_best_size))
-            progress.add(len(result["answer"]))
+        results = [_pad_candidates(result, self.preprocessor.n_best_size) for result in
+                   self.map_batches(self.answer, x, batch_size, verbose, unit="question")]  # fmt: skip
         merged = tf.nest.map_structure(lambda *parts: np.concatenate(parts), *results)
         merged["answer"] = np.array([a.decode("utf-8") for a in merged["answer"]], object)
         return merged

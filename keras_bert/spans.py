@@ -16,7 +16,6 @@ import tensorflow as tf
 
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.preprocessing import BertPreprocessor
-from keras_bert.tokenizer import BertPacker
 
 NO_POSITION = -1  # character offset of positions off the passage (a Python int: no tensor at import)
 
@@ -25,7 +24,8 @@ NO_POSITION = -1  # character offset of positions off the passage (a Python int:
 class SpanWindows(BertPreprocessor):
     """Builds windows and decodes spans; every method runs eagerly or inside tf.function.
 
-    Its packer's `sequence_length` is max_seq_length; `from_tokenizer` builds one."""
+    Its packer's `sequence_length` is max_seq_length; `from_tokenizer(tokenizer,
+    max_seq_length, ...)` builds one."""
 
     def __init__(self, tokenizer, packer, max_query_length=64, doc_stride=128, n_best_size=20,
                  max_answer_length=30, **kwargs):  # fmt: skip
@@ -37,16 +37,14 @@ class SpanWindows(BertPreprocessor):
                              f"passage in max_seq_length ({max_seq_length}) tokens")  # fmt: skip
         if doc_stride < 1:
             raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
-        self.max_seq_length = max_seq_length
         self.max_query_length = max_query_length
         self.doc_stride = doc_stride
         self.n_best_size = n_best_size
         self.max_answer_length = max_answer_length
 
-    @classmethod
-    def from_tokenizer(cls, tokenizer, sequence_length=384, **kwargs):
-        return cls(tokenizer, BertPacker.from_tokenizer(tokenizer, sequence_length=sequence_length),
-                   **kwargs)  # fmt: skip
+    @property
+    def max_seq_length(self):
+        return self.packer.sequence_length
 
     @property
     def text_names(self):

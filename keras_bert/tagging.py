@@ -12,7 +12,6 @@ import tensorflow as tf
 
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.preprocessing import BertPreprocessor
-from keras_bert.tokenizer import BertPacker
 
 WHITESPACE = r"[\t\n\r\p{Zs}]"  # what the tokenizer turns into spaces
 IGNORE = -1  # label of word pieces after the first, of [CLS], [SEP] and padding
@@ -21,7 +20,8 @@ IGNORE = -1  # label of word pieces after the first, of [CLS], [SEP] and padding
 @keras.saving.register_keras_serializable(package="keras_bert")
 class WordTagger(BertPreprocessor):
     """Args: a BertTokenizer, its BertPacker, the tags (IOB2 strings, "O" among them).
-    Words whose first piece falls beyond the packer's sequence_length get "O"."""
+    Words whose first piece falls beyond the packer's sequence_length get "O";
+    `from_tokenizer(tokenizer, sequence_length, tags=...)` builds the packer."""
 
     def __init__(self, tokenizer, packer, tags, **kwargs):
         super().__init__(tokenizer, packer, **kwargs)
@@ -32,12 +32,11 @@ class WordTagger(BertPreprocessor):
                 raise ValueError(f"tag {tag!r} is not O, B-<type> or I-<type>")
         self.tags = list(tags)
         self.types = sorted({tag[2:] for tag in tags if tag != "O"})
-        self.max_tokens = packer.sequence_length - 2
 
-    @classmethod
-    def from_tokenizer(cls, tokenizer, sequence_length=128, tags=("O",), **kwargs):
-        return cls(tokenizer, BertPacker.from_tokenizer(tokenizer, sequence_length=sequence_length),
-                   tags, **kwargs)  # fmt: skip
+    @property
+    def max_tokens(self):
+        """Word pieces a sentence keeps: the sequence less [CLS] and [SEP]."""
+        return self.packer.sequence_length - 2
 
     def call(self, sentences):
         return self.encode(sentences)

@@ -37,16 +37,13 @@ def load_pretrained(path, do_lower_case=None):
 
 
 def _as_tensors(value):
-    """Python lists / NumPy arrays (or tuples and dicts of them) -> what from_tensor_slices takes;
-    nested lists of unequal length become ragged tensors."""
+    """Python lists / NumPy arrays (or tuples and dicts of them) -> what from_tensor_slices takes
+    (a tuple stays a tuple: a pair of texts, or (starts, ends))."""
     if isinstance(value, dict):
         return {k: _as_tensors(v) for k, v in value.items()}
     if isinstance(value, tuple):
         return tuple(_as_tensors(v) for v in value)
-    if isinstance(value, list) and value and isinstance(value[0], (list, tuple)):
-        if len({len(v) for v in value}) > 1:
-            return tf.ragged.constant(value)
-    return tf.convert_to_tensor(value) if not tf.is_tensor(value) else value
+    return value if tf.is_tensor(value) else tf.convert_to_tensor(value)
 
 
 def _length(value):
@@ -139,12 +136,12 @@ class BertTask(keras.Model):
             self.compile()
         dataset = self.make_dataset(x, y, sample_weight, batch_size, training=shuffle,
                                     seed=seed)  # fmt: skip
-        if steps_per_epoch is None and int(dataset.cardinality()) < 0:
-            # Windows of SQuAD passages, say: count them once, so that Keras knows an epoch.
+        if steps_per_epoch is None:
+            # Keras needs to know an epoch; windows of SQuAD passages, say, are counted once.
             dataset = dataset.apply(tf.data.experimental.assert_cardinality(
                 self.count_steps(dataset)))  # fmt: skip
         if getattr(self, "_recipe", None) is not None:
-            steps = steps_per_epoch or self.count_steps(dataset)
+            steps = steps_per_epoch or int(dataset.cardinality())
             recipe, self._recipe = self._recipe, None
             super().compile(optimizer=self._recipe_optimizer(recipe, steps * epochs),
                             **recipe.compile_kwargs)  # fmt: skip
@@ -156,8 +153,11 @@ class BertTask(keras.Model):
 
     @staticmethod
     def count_steps(dataset):
+        """Batches in one pass of `dataset`, counted when tf.data does not know them."""
         steps = int(dataset.cardinality())
-        if steps < 0:  # unknown (after unbatching windows, say): count them once
+        if steps == tf.data.INFINITE_CARDINALITY:
+            raise ValueError("the dataset repeats forever: pass steps_per_epoch")
+        if steps == tf.data.UNKNOWN_CARDINALITY:
             steps = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
         if steps == 0:
             raise ValueError("no training data: the dataset is empty")
@@ -173,6 +173,17 @@ class BertTask(keras.Model):
     def predict(self, x, batch_size=None, **kwargs):
         """Keras `predict` on raw strings; returns the model's outputs (logits)."""
         return super().predict(self.make_dataset(x, batch_size=batch_size), **kwargs)
+
+    def map_batches(self, function, x, batch_size=None, verbose="auto", unit="example"):
+        """Yields `function(*texts)` as NumPy values for each batch of raw x, through one
+        traced graph, with a progress bar: what the decoding models' `predict` runs."""
+        traced = tf.function(function, reduce_retracing=True)
+        progress = keras.utils.Progbar(None, unit_name=unit, verbose=verbose != 0)
+        for batch in self.batched(x, batch_size=batch_size):
+            texts = self.preprocessor.segments(keras.utils.unpack_x_y_sample_weight(batch)[0])
+            result = tf.nest.map_structure(lambda t: t.numpy(), traced(*texts))
+            progress.add(len(texts[0]))
+            yield result
 
     # --- Saving and export ---
 

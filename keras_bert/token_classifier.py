@@ -93,22 +93,16 @@ class BertTokenClassifier(BertTask):
     def predict(self, x, batch_size=None, verbose="auto", **kwargs):
         """For a list of sentences: {"word_tags": a list of tag lists, "entities": per sentence
         a list of {"text", "type", "start", "end"} (character offsets [start, end))}."""
-        tag = tf.function(self.tag, reduce_retracing=True)
         names = np.array(self.tags)
         word_tags, entities = [], []
-        progress = keras.utils.Progbar(None, unit_name="sentence", verbose=verbose != 0)
-        for batch in self.batched(x, batch_size=batch_size):
-            x = keras.utils.unpack_x_y_sample_weight(batch)[0]
-            result = tag(self.preprocessor.segments(x)[0])
-            word_tags += [names[row].tolist() for row in result["word_tags"].numpy()]
-            found = {k: v.numpy() for k, v in result.items() if k != "word_tags"}
+        for found in self.map_batches(self.tag, x, batch_size, verbose, unit="sentence"):
+            word_tags += [names[row].tolist() for row in found["word_tags"]]
             for i, count in enumerate(found["num_entities"]):
                 entities.append([{"text": found["entity_text"][i, j].decode("utf-8"),
                                   "type": found["entity_type"][i, j].decode("utf-8"),
                                   "start": int(found["entity_start"][i, j]),
                                   "end": int(found["entity_end"][i, j])}
                                  for j in range(count)])  # fmt: skip
-            progress.add(len(found["num_entities"]))
         return {"word_tags": word_tags, "entities": entities}
 
     def serving_functions(self):

@@ -56,8 +56,7 @@ def test_classifier_learns_from_lists_arrays_and_datasets(classifier):
 def test_compile_auto_counts_the_steps_of_its_warmup_and_decay(classifier):
     classifier.compile(learning_rate=1e-3, warmup_proportion=0.5)
     classifier.fit(SENTENCES * 4, LABELS * 4, batch_size=4, epochs=2, verbose=0)
-    schedule = classifier.optimizer.learning_rate_schedule if hasattr(
-        classifier.optimizer, "learning_rate_schedule") else classifier.optimizer._learning_rate  # fmt: skip
+    schedule = classifier.optimizer._learning_rate  # Keras keeps the schedule object only here
     assert (schedule.total_steps, schedule.warmup_steps) == (8, 4)
     assert classifier.optimizer.global_clipnorm == 1.0
     assert float(classifier.optimizer.learning_rate) == 0.0  # decayed to 0 at the last step
@@ -83,6 +82,9 @@ def test_bad_labels_and_inputs_are_refused_in_one_line(classifier):
         classifier.predict((SENTENCES, SENTENCES), verbose=0)
     with pytest.raises(ValueError, match="must be strings"):
         classifier.predict([1, 2, 3], verbose=0)
+    forever = tf.data.Dataset.from_tensor_slices((SENTENCES, LABELS)).batch(2).repeat()
+    with pytest.raises(ValueError, match="repeats forever: pass steps_per_epoch"):
+        classifier.fit(forever, verbose=0)
 
 
 def test_saved_file_stands_alone_without_optimizer_state(classifier, tmp_path):
