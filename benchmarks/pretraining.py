@@ -21,7 +21,7 @@ import numpy as np
 from absl import app, flags
 
 import keras_bert  # noqa: F401  (selects the TensorFlow backend)
-from keras_bert import BertConfig, BertEncoder, pretraining
+from keras_bert import BertConfig, BertEncoder, BertPretrainer, pretraining
 from keras_bert.tokenizer import BertTokenizer
 from tasks import create_pretraining_data, default_checkpoint, pretraining_text
 
@@ -47,7 +47,7 @@ def creation(documents, special, workers):
 
 def training_step(precision):
     keras.config.set_dtype_policy(precision)
-    model = pretraining.BertPretrainer(BertEncoder(**BertConfig().to_dict()))
+    model = BertPretrainer(BertEncoder(**BertConfig().to_dict()))
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     model.compile(keras.optimizers.AdamW(1e-5), loss={"masked_lm": loss, "next_sentence": loss})
     rng = np.random.default_rng(0)

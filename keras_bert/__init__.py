@@ -38,7 +38,8 @@ from keras_bert.config import BertConfig
 from keras_bert.encoder import BertEncoder
 from keras_bert.optimization import WarmupLinearDecay, create_optimizer
 from keras_bert.preprocessing import BertMultipleChoicePreprocessor, BertPreprocessor
-from keras_bert.pretraining import BertPretrainer
+from keras_bert.pretrainer import BertPretrainer, BertPretrainingPreprocessor
+from keras_bert.pretraining import sentence_pairs
 from keras_bert.question_answerer import BertQuestionAnswerer
 from keras_bert.spans import SpanWindows
 from keras_bert.tagging import WordTagger
@@ -55,6 +56,7 @@ __all__ = [
     "BertPacker",
     "BertPreprocessor",
     "BertPretrainer",
+    "BertPretrainingPreprocessor",
     "BertQuestionAnswerer",
     "BertTokenClassifier",
     "SpanWindows",
@@ -64,4 +66,5 @@ __all__ = [
     "create_optimizer",
     "load_checkpoint",
     "save_checkpoint",
+    "sentence_pairs",
 ]

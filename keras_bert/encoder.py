@@ -112,10 +112,3 @@ class BertEncoder(keras.Model):
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable, "dtype": self.policy.name,
                 **self.config.to_dict()}  # fmt: skip
-
-    @classmethod
-    def from_checkpoint(cls, path):
-        """Loads an encoder from a Google, Hugging Face or keras-bert checkpoint folder."""
-        from keras_bert import checkpoints  # checkpoints builds encoders, so import late
-
-        return checkpoints.load_checkpoint(path).encoder

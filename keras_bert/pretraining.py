@@ -1,4 +1,4 @@
-"""BERT pre-training: masked-LM + next-sentence instances, and the pretrainer model.
+"""BERT pre-training data: masked-LM + next-sentence instances, and sentence pairs from text.
 
 Instances are built as the original recipe does: segments are filled with consecutive sentences
 up to the target length (shorter with probability `short_seq_prob`), B is the real next segment
@@ -16,10 +16,7 @@ put back to start another instance.
 
 import dataclasses
 
-import keras
-
-from keras_bert.encoder import INPUT_NAMES
-from keras_bert.heads import MaskedLMHead, NextSentenceHead
+import numpy as np
 
 
 @dataclasses.dataclass
@@ -149,46 +146,6 @@ def _pack(a, b, random_next, special, rng, masked_lm_prob, max_predictions, whol
     return Instance(corrupted, segments, random_next, positions, labels)
 
 
-@keras.saving.register_keras_serializable(package="keras_bert")
-class BertPretrainer(keras.Model):
-    """Encoder + masked-LM head (tied to the token embedding) + next-sentence head.
-
-    Inputs: the encoder's three inputs and `masked_lm_positions`, int32 (batch, predictions).
-    Outputs: `masked_lm` float32 (batch, predictions, vocab_size) logits at those positions and
-    `next_sentence` float32 (batch, 2) logits (0: B follows A, 1: B is random). The loss, set
-    in compile, is the sum of the two cross-entropies, the masked-LM one weighted by
-    `masked_lm_weights` (0 at padded prediction slots).
-    """
-
-    def __init__(self, encoder, **kwargs):
-        config = encoder.config
-        masked_lm = MaskedLMHead(encoder.embeddings.word_embeddings, config.hidden_act,
-                                 config.initializer_range, name="masked_lm")  # fmt: skip
-        next_sentence = NextSentenceHead(config.initializer_range, name="next_sentence")
-        inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in INPUT_NAMES}
-        inputs["masked_lm_positions"] = keras.Input(
-            (None,), dtype="int32", name="masked_lm_positions"
-        )
-        outputs = encoder({name: inputs[name] for name in INPUT_NAMES})
-        super().__init__(inputs=inputs, outputs={
-            "masked_lm": masked_lm(outputs["sequence_output"], inputs["masked_lm_positions"]),
-            "next_sentence": next_sentence(outputs["pooled_output"]),
-        }, **kwargs)  # fmt: skip
-        self.encoder = encoder
-        self.masked_lm = masked_lm
-        self.next_sentence = next_sentence
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable,
-                "encoder": keras.saving.serialize_keras_object(self.encoder)}  # fmt: skip
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
-        return cls(**config)
-
-
 def replacement_ids(vocabulary):
     """Ids a random replacement may take: everything but bracketed special tokens."""
     return tuple(i for i, t in enumerate(vocabulary) if not (t.startswith("[") and t.endswith("]")))
@@ -199,3 +156,35 @@ def special_ids(tokenizer):
         raise ValueError("the vocabulary has no [MASK] token (needed for masked-LM pre-training)")
     return SpecialIds(tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id,
                       len(tokenizer.vocabulary), replacement_ids(tokenizer.vocabulary))  # fmt: skip
+
+
+def sentence_pairs(documents, seed=None):
+    """Next-sentence pairs from raw text, for `BertPretrainer.fit`: each sentence and the one
+    after it in its document, where half the time (at random) the second is replaced by a
+    sentence of another document.
+
+    Args:
+      documents: a list of documents, each a list of sentences (str).
+    Returns (first sentences, second sentences, labels): lists; label 1 means "random".
+    """
+    documents = [[s for s in document if s.strip()] for document in documents]
+    if sum(1 for document in documents if document) < 2:
+        raise ValueError("sentence_pairs needs at least two documents with text (the random "
+                         "second sentences come from another document)")  # fmt: skip
+    if not any(len(document) >= 2 for document in documents):
+        raise ValueError("sentence_pairs needs a document of at least two sentences")
+    rng = np.random.default_rng(seed)
+    firsts, seconds, labels = [], [], []
+    for index, document in enumerate(documents):
+        for i in range(len(document) - 1):
+            random_next = rng.random() < 0.5
+            second = document[i + 1]
+            if random_next:
+                other = index
+                while other == index or not documents[other]:
+                    other = int(rng.integers(len(documents)))
+                second = documents[other][int(rng.integers(len(documents[other])))]
+            firsts.append(document[i])
+            seconds.append(second)
+            labels.append(int(random_next))
+    return firsts, seconds, labels

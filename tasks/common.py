@@ -1,4 +1,5 @@
-"""What the fine-tuning binaries share: flags, the tf.data pipeline, fit, and a run's files.
+"""What the fine-tuning binaries share: flags, the tf.data pipeline, the driver (`TaskBinary`:
+build, fit, save, then evaluate and predict with the saved run), and a run's files.
 
 A run's output_dir holds:
   backup/        training state; a killed run restarts from it (keras BackupAndRestore)
@@ -246,3 +247,57 @@ def load_run(run_dir):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{run_dir} is not a finished run: it has no model.keras")
     return keras.saving.load_model(path)
+
+
+class TaskBinary:
+    """The outline every fine-tuning binary runs; a binary subclasses it with what is particular
+    to its dataset format and metric.
+
+    With --do_train: read the training data (before anything heavy loads), build the model from
+    --init_checkpoint inside the strategy's scope, fit it with the library's recipe (backups,
+    TensorBoard, the dev callback) and save the run. Then, always, load the saved run and
+    evaluate / predict with it: never with an unsaved or untrained head, and with the settings
+    the run recorded in its model.keras, whatever the flags say now.
+    """
+
+    name = None  # the model's name, and the default --output_dir: runs/<name>
+
+    def prepare(self):
+        """Reads the evaluation data. Called once the strategy exists: TensorFlow fixes its
+        devices at its first tensor, after which no strategy can split or join them."""
+
+    def read_training(self):
+        """The training data; raise app.UsageError when there is none."""
+        raise NotImplementedError
+
+    def build_model(self, training):
+        """A new task model on --init_checkpoint (called inside the strategy's scope)."""
+        raise NotImplementedError
+
+    def training_dataset(self, model, training):
+        """(a batched dataset of raw strings and targets, its steps per epoch)."""
+        raise NotImplementedError
+
+    def dev_callback(self, output_dir, write):
+        """A callback scoring the dev data after each epoch, or None."""
+        return None
+
+    def finish(self, model, output_dir, write):
+        """Evaluates and predicts with the finished run's model; returns the dev scores."""
+        raise NotImplementedError
+
+    def run(self):
+        output_dir = FLAGS.output_dir or os.path.join("runs", self.name)
+        strategy = create_strategy()
+        write, run_dir = is_chief(strategy), run_dir_of(strategy, output_dir)
+        self.prepare()
+        if FLAGS.do_train:
+            training = self.read_training()
+            with strategy.scope():
+                model = self.build_model(training)
+            dataset, steps_per_epoch = self.training_dataset(model, training)
+            callback = self.dev_callback(output_dir, write)
+            fit(model, strategy, dataset, steps_per_epoch, [callback] if callback else [],
+                output_dir)  # fmt: skip
+            save_run(run_dir, model)
+        return self.finish(load_run(run_dir), output_dir, write)

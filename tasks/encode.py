@@ -12,8 +12,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert import BertEncoder
-from keras_bert.tokenizer import BertPacker, BertTokenizer
+from keras_bert import BertPacker, BertTokenizer, load_checkpoint
 from tasks import default_checkpoint
 
 FLAGS = flags.FLAGS
@@ -42,7 +41,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     checkpoint = FLAGS.checkpoint or default_checkpoint("--checkpoint")
     logging.info("loading %s", checkpoint)
-    encoder = BertEncoder.from_checkpoint(checkpoint)
+    encoder = load_checkpoint(checkpoint).encoder
     tokenizer = BertTokenizer.from_checkpoint(checkpoint)
     packer = BertPacker.from_tokenizer(tokenizer, sequence_length=FLAGS.max_seq_length)
     inputs = packer(tokenizer(tf.constant(FLAGS.sentences)))

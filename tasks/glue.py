@@ -238,40 +238,58 @@ def write_submission(path, task, ids, logits):
     common.write_atomically(path, "index\tprediction\n" + "\n".join(rows) + "\n")
 
 
+class GlueBinary(common.TaskBinary):
+    """A GLUE task: a classifier (a regressor for STS-B) on single sentences or pairs."""
+
+    def __init__(self, task):
+        self.task, self.name = task, task.name.lower()
+
+    def prepare(self):
+        self.train, dev, self.test = load_splits(self.task)
+        dev = {name: split.head(FLAGS.max_eval_examples) for name, split in dev.items()}
+        self.dev_sets = {name: (self.batches(split), split.labels) for name, split in dev.items()}
+
+    def batches(self, split):
+        return common.make_dataset(split, self.task.text_columns, FLAGS.eval_batch_size,
+                                   with_labels=False)  # fmt: skip
+
+    def metrics(self, logits, labels):
+        return compute_metrics(self.task, logits, labels)
+
+    def read_training(self):
+        return self.train.head(FLAGS.max_train_examples)
+
+    def build_model(self, training):
+        labels = self.task.labels
+        return BertClassifier.from_checkpoint(
+            common.checkpoint_path(), len(labels) if labels else 1,
+            sequence_length=FLAGS.max_seq_length, num_segments=len(self.task.text_columns),
+            do_lower_case=FLAGS.do_lower_case, labels=labels, name=self.name)  # fmt: skip
+
+    def training_dataset(self, model, training):
+        dataset = common.make_dataset(training, self.task.text_columns, FLAGS.train_batch_size,
+                                      training=True)  # fmt: skip
+        return dataset, int(np.ceil(len(training) / FLAGS.train_batch_size))
+
+    def dev_callback(self, output_dir, write):
+        if self.dev_sets:
+            return common.DevMetrics(self.dev_sets, self.metrics, output_dir, write)
+        return None
+
+    def finish(self, model, output_dir, write):
+        for name, split in self.test.items():
+            logits = model.predict(self.batches(split), verbose=0)
+            if write:
+                write_submission(os.path.join(output_dir, f"{name}.tsv"), self.task, split.ids,
+                                 logits)  # fmt: skip
+        return {name: self.metrics(model.predict(dataset, verbose=0), labels)
+                for name, (dataset, labels) in self.dev_sets.items()}  # fmt: skip
+
+
 def run(task):
     """Fine-tunes (with --do_train) and evaluates; always evaluates and predicts with the saved
     run in --output_dir. Returns the dev metrics (empty without --do_eval)."""
-    output_dir = FLAGS.output_dir or os.path.join("runs", task.name.lower())
-    train, dev, test = load_splits(task)
-    strategy = common.create_strategy()
-    chief, run_dir = common.is_chief(strategy), common.run_dir_of(strategy, output_dir)
-    batches = lambda split: common.make_dataset(split, task.text_columns, FLAGS.eval_batch_size,
-                                                with_labels=False)  # fmt: skip
-    dev = {name: split.head(FLAGS.max_eval_examples) for name, split in dev.items()}
-    dev_sets = {name: (batches(split), split.labels) for name, split in dev.items()}
-    evaluate = lambda logits, labels: compute_metrics(task, logits, labels)
-    if FLAGS.do_train:
-        with strategy.scope():
-            model = BertClassifier.from_checkpoint(
-                common.checkpoint_path(), len(task.labels) if task.labels else 1,
-                sequence_length=FLAGS.max_seq_length, num_segments=len(task.text_columns),
-                do_lower_case=FLAGS.do_lower_case, labels=task.labels, name=task.name.lower())  # fmt: skip
-        train = train.head(FLAGS.max_train_examples)
-        evaluator = common.DevMetrics(dev_sets, evaluate, output_dir, write=chief)
-        common.fit(model, strategy,
-                   common.make_dataset(train, task.text_columns, FLAGS.train_batch_size, training=True),
-                   steps_per_epoch=int(np.ceil(len(train) / FLAGS.train_batch_size)),
-                   callbacks=[evaluator] if dev_sets else [], output_dir=output_dir)  # fmt: skip
-        common.save_run(run_dir, model)
-    # Evaluate and predict with the saved run, the model an export serves.
-    model = common.load_run(run_dir)
-    results = {name: evaluate(model.predict(dataset, verbose=0), labels)
-               for name, (dataset, labels) in dev_sets.items()}  # fmt: skip
-    for name, split in test.items():
-        logits = model.predict(batches(split), verbose=0)
-        if chief:
-            write_submission(os.path.join(output_dir, f"{name}.tsv"), task, split.ids, logits)
-    return results
+    return GlueBinary(task).run()
 
 
 def main(argv):

@@ -160,54 +160,60 @@ def write_predictions(path, split, predicted):
     common.write_atomically(path, "\n".join(lines) + "\n")
 
 
-def run():
-    output_dir = FLAGS.output_dir or os.path.join("runs", "ner")
-    strategy = common.create_strategy()
-    chief, run_dir = common.is_chief(strategy), common.run_dir_of(strategy, output_dir)
-    wanted = (("dev", FLAGS.dev_file if FLAGS.do_eval else None),
-              ("test", FLAGS.test_file if FLAGS.do_predict else None))
-    splits = {name: read_conll(path).head(FLAGS.max_eval_examples) for name, path in wanted
-              if path}  # fmt: skip
-    if FLAGS.do_train:
+class NerBinary(common.TaskBinary):
+    """CoNLL-2003 NER: a token classifier, scored by entity-level precision, recall and F1."""
+
+    name = "ner"
+
+    def prepare(self):
+        wanted = (("dev", FLAGS.dev_file if FLAGS.do_eval else None),
+                  ("test", FLAGS.test_file if FLAGS.do_predict else None))  # fmt: skip
+        self.splits = {name: read_conll(path).head(FLAGS.max_eval_examples)
+                       for name, path in wanted if path}  # fmt: skip
+
+    def read_training(self):
         if not FLAGS.train_file:
             raise app.UsageError("pass --train_file, or --nodo_train to predict with the "
                                  "finished run in --output_dir")  # fmt: skip
-        train(strategy, splits, output_dir, run_dir, chief)
-    # Predict with the saved model, the one an export serves (see tasks/squad.py).
-    model = common.load_run(run_dir)
-    scores = {}
-    for name, split in splits.items():
-        predicted = predict_tags(model, split)
-        scores[name] = conll_scores(split.labels, predicted)
-        if chief:
-            write_predictions(os.path.join(output_dir, f"{name}_predictions.txt"), split,
-                              predicted)  # fmt: skip
-    return scores
+        return read_conll(FLAGS.train_file).head(FLAGS.max_train_examples)
 
-
-def train(strategy, splits, output_dir, run_dir, chief):
-    """Fine-tunes on --train_file, scoring the dev split after each epoch; saves the run."""
-    train_split = read_conll(FLAGS.train_file).head(FLAGS.max_train_examples)
-    tags = ["O"] + sorted({t for sentence in train_split.labels for t in sentence} - {"O"})
-    with strategy.scope():
-        model = BertTokenClassifier.from_checkpoint(
+    def build_model(self, training):
+        tags = ["O"] + sorted({t for sentence in training.labels for t in sentence} - {"O"})
+        logging.info("%d training sentences, tags %s", len(training), tags)
+        return BertTokenClassifier.from_checkpoint(
             common.checkpoint_path(), tags, sequence_length=FLAGS.max_seq_length,
-            do_lower_case=FLAGS.do_lower_case, name="ner")  # fmt: skip
-    tokenizer = model.preprocessor.tokenizer
-    evaluator = NerMetrics({k: v for k, v in splits.items() if k == "dev"}, output_dir,
-                           write=chief)  # fmt: skip
-    logging.info("%d training sentences, tags %s", len(train_split), tags)
-    for name, split in (("train", train_split), *splits.items()):
-        pieces = tokenizer(tf.constant(split.texts["sentence"])).row_lengths().numpy()
-        cut = int(np.sum(pieces > FLAGS.max_seq_length - 2))
-        if cut:
-            logging.warning("%d %s sentences have more than --max_seq_length=%d word pieces; "
-                            "their words past it are tagged O", cut, name,
-                            FLAGS.max_seq_length)  # fmt: skip
-    common.fit(model, strategy, train_dataset(train_split, model, FLAGS.train_batch_size),
-               steps_per_epoch=int(np.ceil(len(train_split) / FLAGS.train_batch_size)),
-               callbacks=[evaluator] if "dev" in splits else [], output_dir=output_dir)  # fmt: skip
-    common.save_run(run_dir, model)
+            do_lower_case=FLAGS.do_lower_case, name=self.name)  # fmt: skip
+
+    def training_dataset(self, model, training):
+        tokenizer = model.preprocessor.tokenizer
+        for name, split in (("train", training), *self.splits.items()):
+            pieces = tokenizer(tf.constant(split.texts["sentence"])).row_lengths().numpy()
+            cut = int(np.sum(pieces > FLAGS.max_seq_length - 2))
+            if cut:
+                logging.warning("%d %s sentences have more than --max_seq_length=%d word pieces; "
+                                "their words past it are tagged O", cut, name,
+                                FLAGS.max_seq_length)  # fmt: skip
+        return (train_dataset(training, model, FLAGS.train_batch_size),
+                int(np.ceil(len(training) / FLAGS.train_batch_size)))  # fmt: skip
+
+    def dev_callback(self, output_dir, write):
+        dev = {k: v for k, v in self.splits.items() if k == "dev"}
+        return NerMetrics(dev, output_dir, write=write) if dev else None
+
+    def finish(self, model, output_dir, write):
+        scores = {}
+        for name, split in self.splits.items():
+            predicted = predict_tags(model, split)
+            scores[name] = conll_scores(split.labels, predicted)
+            if write:
+                write_predictions(os.path.join(output_dir, f"{name}_predictions.txt"), split,
+                                  predicted)  # fmt: skip
+        return scores
+
+
+def run():
+    """Fine-tunes (with --do_train); tags and scores the dev and test files with the saved run."""
+    return NerBinary().run()
 
 
 def main(argv):

@@ -9,7 +9,7 @@ them) or, with --bert_config_file and --vocab_file, from random weights. Uses th
 mixed-precision and seed flags of the fine-tuning binaries. Training state is backed up every
 --save_checkpoints_steps steps; a killed run resumes when started again. The result is written
 to <output_dir>/google and <output_dir>/huggingface with both heads, ready for
-BertEncoder.from_checkpoint and every task's --init_checkpoint.
+keras_bert.load_checkpoint and every task's --init_checkpoint.
 """
 
 import os
@@ -18,8 +18,8 @@ import keras
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert import BertConfig, BertEncoder, checkpoints, optimization, pretraining
-from keras_bert.tokenizer import BertTokenizer
+from keras_bert import (BertConfig, BertEncoder, BertPretrainer, BertPretrainingPreprocessor,
+                        BertTokenizer, checkpoints, optimization, pretraining)
 from keras_bert.vocabulary import read_vocabulary
 from tasks import common, pretraining_text
 
@@ -127,24 +127,22 @@ def record_shape(path):
 
 
 def build_pretrainer():
-    """The pretrainer, its vocabulary file and lower-casing; call inside the strategy scope."""
+    """The pretrainer (with its tokenizer); call inside the strategy scope."""
     if FLAGS.init_checkpoint:
-        ckpt = checkpoints.load_checkpoint(FLAGS.init_checkpoint, FLAGS.do_lower_case)
-        model = pretraining.BertPretrainer(ckpt.encoder)
-        for ours, theirs in (
-            (model.masked_lm, ckpt.masked_lm),
-            (model.next_sentence, ckpt.next_sentence),
-        ):
-            if theirs is not None:
-                ours.set_weights(theirs.get_weights())
-        return model, ckpt.vocab_file, ckpt.do_lower_case
+        return BertPretrainer.from_checkpoint(
+            FLAGS.init_checkpoint, sequence_length=FLAGS.max_seq_length,
+            masked_lm_prob=FLAGS.masked_lm_prob, max_predictions=FLAGS.max_predictions_per_seq,
+            do_lower_case=FLAGS.do_lower_case)  # fmt: skip
     if not (FLAGS.bert_config_file and FLAGS.vocab_file):
         raise app.UsageError("pass --init_checkpoint, or --bert_config_file and --vocab_file")
     config = BertConfig.from_json_file(FLAGS.bert_config_file)
     if len(read_vocabulary(FLAGS.vocab_file)) > config.vocab_size:
         raise ValueError(f"{FLAGS.vocab_file} has more tokens than vocab_size={config.vocab_size}")
-    encoder = BertEncoder(**config.to_dict())
-    return pretraining.BertPretrainer(encoder), FLAGS.vocab_file, FLAGS.do_lower_case is not False
+    tokenizer = BertTokenizer(FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case is not False)
+    preprocessor = BertPretrainingPreprocessor.from_tokenizer(
+        tokenizer, FLAGS.max_seq_length, masked_lm_prob=FLAGS.masked_lm_prob,
+        max_predictions=FLAGS.max_predictions_per_seq)  # fmt: skip
+    return BertPretrainer(BertEncoder(**config.to_dict()), preprocessor)
 
 
 def create_optimizer():
@@ -176,11 +174,8 @@ def main(argv):
     output_dir = FLAGS.output_dir or os.path.join("runs", "pretrain")
     strategy = common.create_strategy()
     with strategy.scope():
-        model, vocab_file, lower_case = build_pretrainer()
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        model.compile(create_optimizer(), loss={"masked_lm": loss, "next_sentence": loss},
-                      weighted_metrics={"masked_lm": [keras.metrics.SparseCategoricalAccuracy("accuracy")],
-                                        "next_sentence": [keras.metrics.SparseCategoricalAccuracy("accuracy")]})  # fmt: skip
+        model = build_pretrainer()
+        model.compile(create_optimizer())  # the model's losses and weighted accuracies
     # Workers split the record files between them when there are enough; otherwise each
     # reads everything and keeps its share of the examples.
     sharding = tf.data.experimental.AutoShardPolicy.DATA
@@ -190,7 +185,7 @@ def main(argv):
         if len(files) >= strategy.num_replicas_in_sync:
             sharding = tf.data.experimental.AutoShardPolicy.FILE
     else:
-        examples = streaming_dataset(BertTokenizer(vocab_file, do_lower_case=lower_case))
+        examples = streaming_dataset(model.preprocessor.tokenizer)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = sharding
     dataset = training_dataset(examples).with_options(options)
@@ -203,11 +198,9 @@ def main(argv):
     epochs = max(1, -(-FLAGS.num_train_steps // loop))
     history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks,
                         verbose=1 if common.is_chief(strategy) else 2)  # fmt: skip
-    result = checkpoints.BertCheckpoint(model.encoder, vocab_file, lower_case, model.masked_lm,
-                                        model.next_sentence)  # fmt: skip
     target = common.run_dir_of(strategy, output_dir)
     for fmt in (checkpoints.GOOGLE, checkpoints.HUGGING_FACE):
-        checkpoints.save_checkpoint(result, os.path.join(target, fmt), fmt)
+        model.save_checkpoint(os.path.join(target, fmt), fmt)
     common.write_json(os.path.join(target, "history.json"), history.history)
     logging.info("final metrics: %s", {k: v[-1] for k, v in history.history.items()})
 

@@ -191,57 +191,63 @@ def write_predictions(output_dir, predictions, nbest, null_odds, version_2):
         common.write_json(os.path.join(output_dir, "null_odds.json"), null_odds)
 
 
-def run():
-    """Fine-tunes (with --do_train); predicts --predict_file with the saved run, whose window
-    and n-best settings are its own (recorded in model.keras), and scores it."""
-    output_dir = FLAGS.output_dir or os.path.join("runs", "squad")
-    strategy = common.create_strategy()
-    chief, run_dir = common.is_chief(strategy), common.run_dir_of(strategy, output_dir)
-    dev = dev_data = None
-    if FLAGS.predict_file:
-        dev_data = read_squad(FLAGS.predict_file)
-        dev = questions_of(dev_data, FLAGS.predict_file).head(FLAGS.max_eval_examples)
-    if FLAGS.do_train:
-        train(strategy, dev, dev_data, output_dir, run_dir, chief)
-    if not dev or not (FLAGS.do_eval or FLAGS.do_predict):
-        return {}
-    # Predict with the saved model, the one an export serves, rather than the one in memory:
-    # their bfloat16 numbers can differ in the last bit, which flips near-tied answers.
-    model = common.load_run(run_dir)
-    log_long_questions(dev, model.preprocessor, FLAGS.predict_file)
-    predictions, nbest, null_odds = predict(model, dev)
-    if chief:
-        write_predictions(output_dir, predictions, nbest, null_odds,
-                          model.version_2_with_negative)  # fmt: skip
-    if not has_answers(dev_data):
-        return {}
-    return score(model, dev_data, dev, predictions, nbest, null_odds)
+class SquadBinary(common.TaskBinary):
+    """SQuAD v1.1 / v2.0: a question answerer, scored by exact match and F1."""
 
+    name = "squad"
 
-def train(strategy, dev, dev_data, output_dir, run_dir, chief):
-    """Fine-tunes on --train_file, scoring --predict_file after each epoch; saves the run."""
-    if not FLAGS.train_file:
-        raise app.UsageError("pass --train_file, or --nodo_train")
-    with strategy.scope():
-        model = BertQuestionAnswerer.from_checkpoint(
+    def prepare(self):
+        self.dev = self.dev_data = None
+        if FLAGS.predict_file:
+            self.dev_data = read_squad(FLAGS.predict_file)
+            self.dev = questions_of(self.dev_data, FLAGS.predict_file).head(FLAGS.max_eval_examples)
+
+    def read_training(self):
+        if not FLAGS.train_file:
+            raise app.UsageError("pass --train_file, or --nodo_train")
+        split = questions_of(read_squad(FLAGS.train_file), FLAGS.train_file, training=True,
+                             version_2=FLAGS.version_2_with_negative)  # fmt: skip
+        return split.head(FLAGS.max_train_examples)
+
+    def build_model(self, training):
+        return BertQuestionAnswerer.from_checkpoint(
             common.checkpoint_path(), sequence_length=FLAGS.max_seq_length,
             max_query_length=FLAGS.max_query_length, doc_stride=FLAGS.doc_stride,
             n_best_size=FLAGS.n_best_size, max_answer_length=FLAGS.max_answer_length,
             version_2_with_negative=FLAGS.version_2_with_negative,
             null_score_diff_threshold=FLAGS.null_score_diff_threshold,
-            do_lower_case=FLAGS.do_lower_case, name="squad")  # fmt: skip
-    split = questions_of(read_squad(FLAGS.train_file), FLAGS.train_file, training=True,
-                         version_2=FLAGS.version_2_with_negative)  # fmt: skip
-    split = split.head(FLAGS.max_train_examples)
-    log_long_questions(split, model.preprocessor, FLAGS.train_file)
-    windows = count_windows(split, model.preprocessor)
-    logging.info("%d training questions in %d windows", len(split), windows)
-    evaluator = SquadMetrics(dev, dev_data, output_dir, write=chief)
-    common.fit(model, strategy, pairs(split, training=True),
-               steps_per_epoch=int(np.ceil(windows / FLAGS.train_batch_size)),
-               callbacks=[evaluator] if dev and FLAGS.do_eval else [],
-               output_dir=output_dir)  # fmt: skip
-    common.save_run(run_dir, model)
+            do_lower_case=FLAGS.do_lower_case, name=self.name)  # fmt: skip
+
+    def training_dataset(self, model, training):
+        log_long_questions(training, model.preprocessor, FLAGS.train_file)
+        windows = count_windows(training, model.preprocessor)
+        logging.info("%d training questions in %d windows", len(training), windows)
+        return pairs(training, training=True), int(np.ceil(windows / FLAGS.train_batch_size))
+
+    def dev_callback(self, output_dir, write):
+        if self.dev and FLAGS.do_eval:
+            return SquadMetrics(self.dev, self.dev_data, output_dir, write=write)
+        return None
+
+    def finish(self, model, output_dir, write):
+        """Predicts --predict_file with the saved run, whose window and n-best settings are its
+        own (recorded in model.keras), and scores it. The saved model, not the one in memory:
+        their bfloat16 numbers can differ in the last bit, which flips near-tied answers."""
+        if not self.dev or not (FLAGS.do_eval or FLAGS.do_predict):
+            return {}
+        log_long_questions(self.dev, model.preprocessor, FLAGS.predict_file)
+        predictions, nbest, null_odds = predict(model, self.dev)
+        if write:
+            write_predictions(output_dir, predictions, nbest, null_odds,
+                              model.version_2_with_negative)  # fmt: skip
+        if not has_answers(self.dev_data):
+            return {}
+        return score(model, self.dev_data, self.dev, predictions, nbest, null_odds)
+
+
+def run():
+    """Fine-tunes (with --do_train); predicts and scores --predict_file with the saved run."""
+    return SquadBinary().run()
 
 
 def has_answers(data):

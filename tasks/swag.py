@@ -67,42 +67,53 @@ def accuracy(logits, labels):
     return {"accuracy": float(np.mean(np.argmax(logits, axis=-1) == labels))}
 
 
-def run():
-    """Fine-tunes (with --do_train); evaluates and predicts with the saved run."""
-    output_dir = FLAGS.output_dir or os.path.join("runs", "swag")
-    strategy = common.create_strategy()
-    chief, run_dir = common.is_chief(strategy), common.run_dir_of(strategy, output_dir)
-    batches = lambda split: common.make_dataset(split, TEXTS, FLAGS.eval_batch_size,
-                                                with_labels=False)  # fmt: skip
-    dev_sets = {}
-    if FLAGS.do_eval and FLAGS.dev_file:
-        dev = read_swag(FLAGS.dev_file).head(FLAGS.max_eval_examples)
-        dev_sets["dev"] = (batches(dev), dev.labels)
-    if FLAGS.do_train:
+class SwagBinary(common.TaskBinary):
+    """SWAG: a multiple-choice model, scored by accuracy."""
+
+    name = "swag"
+
+    def prepare(self):
+        self.dev_sets = {}
+        if FLAGS.do_eval and FLAGS.dev_file:
+            dev = read_swag(FLAGS.dev_file).head(FLAGS.max_eval_examples)
+            self.dev_sets["dev"] = (batches(dev), dev.labels)
+
+    def read_training(self):
         if not FLAGS.train_file:
             raise app.UsageError("pass --train_file, or --nodo_train")
-        with strategy.scope():
-            model = BertMultipleChoice.from_checkpoint(
-                common.checkpoint_path(), NUM_CHOICES, sequence_length=FLAGS.max_seq_length,
-                do_lower_case=FLAGS.do_lower_case, name="swag")  # fmt: skip
-        train = read_swag(FLAGS.train_file).head(FLAGS.max_train_examples)
-        evaluator = common.DevMetrics(dev_sets, accuracy, output_dir, write=chief)
-        common.fit(model, strategy,
-                   common.make_dataset(train, TEXTS, FLAGS.train_batch_size, training=True),
-                   steps_per_epoch=int(np.ceil(len(train) / FLAGS.train_batch_size)),
-                   callbacks=[evaluator] if dev_sets else [], output_dir=output_dir)  # fmt: skip
-        common.save_run(run_dir, model)
-    # Evaluate and predict with the saved run, the model an export serves.
-    model = common.load_run(run_dir)
-    if FLAGS.do_predict and FLAGS.test_file:
-        test = read_swag(FLAGS.test_file, labelled=False)
-        logits = model.predict(batches(test), verbose=0)
-        if chief:
-            rows = [f"{i}\t{p}" for i, p in zip(test.ids, np.argmax(logits, axis=-1))]
-            common.write_atomically(os.path.join(output_dir, "swag_predictions.tsv"),
-                                    "index\tprediction\n" + "\n".join(rows) + "\n")  # fmt: skip
-    return {name: accuracy(model.predict(dataset, verbose=0), labels)
-            for name, (dataset, labels) in dev_sets.items()}  # fmt: skip
+        return read_swag(FLAGS.train_file).head(FLAGS.max_train_examples)
+
+    def build_model(self, training):
+        return BertMultipleChoice.from_checkpoint(
+            common.checkpoint_path(), NUM_CHOICES, sequence_length=FLAGS.max_seq_length,
+            do_lower_case=FLAGS.do_lower_case, name=self.name)  # fmt: skip
+
+    def training_dataset(self, model, training):
+        dataset = common.make_dataset(training, TEXTS, FLAGS.train_batch_size, training=True)
+        return dataset, int(np.ceil(len(training) / FLAGS.train_batch_size))
+
+    def dev_callback(self, output_dir, write):
+        return common.DevMetrics(self.dev_sets, accuracy, output_dir, write) if self.dev_sets else None
+
+    def finish(self, model, output_dir, write):
+        if FLAGS.do_predict and FLAGS.test_file:
+            test = read_swag(FLAGS.test_file, labelled=False)
+            logits = model.predict(batches(test), verbose=0)
+            if write:
+                rows = [f"{i}\t{p}" for i, p in zip(test.ids, np.argmax(logits, axis=-1))]
+                common.write_atomically(os.path.join(output_dir, "swag_predictions.tsv"),
+                                        "index\tprediction\n" + "\n".join(rows) + "\n")  # fmt: skip
+        return {name: accuracy(model.predict(dataset, verbose=0), labels)
+                for name, (dataset, labels) in self.dev_sets.items()}  # fmt: skip
+
+
+def batches(split):
+    return common.make_dataset(split, TEXTS, FLAGS.eval_batch_size, with_labels=False)
+
+
+def run():
+    """Fine-tunes (with --do_train); evaluates and predicts with the saved run."""
+    return SwagBinary().run()
 
 
 def main(argv):

@@ -251,6 +251,6 @@ def test_lower_casing_is_read_or_inferred(tmp_path, minilm_dir):
 
 def test_from_checkpoint_entry_points(tmp_path):
     folder = _tiny_hf_folder(tmp_path)
-    encoder = BertEncoder.from_checkpoint(folder)
+    encoder = checkpoints.load_checkpoint(folder).encoder
     tokenizer = BertTokenizer.from_checkpoint(folder)
     assert encoder.config.vocab_size == 99 and tokenizer.vocabulary == TINY_VOCAB

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from keras_bert import BertEncoder, checkpoints
+from keras_bert import checkpoints
 
 from conftest import DATA
 from test_distribute import free_ports
@@ -82,8 +82,8 @@ def test_small_model_learns_and_its_checkpoints_load(tmp_path, pretraining_data,
         ]
     )
     assert json.loads((tmp_path / "sst2" / "metrics.json").read_text())[0]["epoch"] == 1
-    a = BertEncoder.from_checkpoint(str(tmp_path / "google")).weights
-    b = BertEncoder.from_checkpoint(str(tmp_path / "huggingface")).weights
+    a = checkpoints.load_checkpoint(str(tmp_path / "google")).encoder.weights
+    b = checkpoints.load_checkpoint(str(tmp_path / "huggingface")).encoder.weights
     for wa, wb in zip(a, b):
         np.testing.assert_array_equal(wa.numpy(), wb.numpy())
 

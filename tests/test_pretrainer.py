@@ -1,0 +1,121 @@
+"""BertPretrainer as a task model: masked-LM + next-sentence pre-training on raw sentence pairs."""
+
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import DATA
+
+import keras_bert
+
+
+def documents():
+    with open(os.path.join(DATA, "pretrain", "bert_sample_text.txt"), encoding="utf-8") as f:
+        text = f.read()
+    return [[line for line in block.splitlines() if line.strip()] for block in text.split("\n\n")]
+
+
+@pytest.fixture
+def pretrainer(tiny_checkpoint):
+    return keras_bert.BertPretrainer.from_checkpoint(tiny_checkpoint, sequence_length=64,
+                                                     max_predictions=20)  # fmt: skip
+
+
+def test_sentence_pairs_are_real_next_or_from_another_document():
+    docs = documents()
+    firsts, seconds, labels = keras_bert.sentence_pairs(docs, seed=3)
+    assert len(firsts) == sum(len(d) - 1 for d in docs)
+    where = {s: d for d, document in enumerate(docs) for s in document}
+    for a, b, label in zip(firsts, seconds, labels):
+        document = docs[where[a]]
+        if label == 0:
+            assert document[document.index(a) + 1] == b
+        else:
+            assert where[b] != where[a]
+    assert 0.4 < np.mean(labels) < 0.6  # 56 pairs; a fair coin lands here 90% of the time
+    assert keras_bert.sentence_pairs(docs, seed=3) == (firsts, seconds, labels)
+    with pytest.raises(ValueError, match="at least two documents"):
+        keras_bert.sentence_pairs([["one.", "two."]])
+
+
+def test_masking_picks_15_percent_of_real_tokens_and_splits_them_80_10_10(pretrainer):
+    keras.utils.set_random_seed(0)
+    firsts, seconds, _ = keras_bert.sentence_pairs(documents() * 8, seed=0)
+    preprocessor = pretrainer.preprocessor
+    plain = keras_bert.BertPreprocessor(preprocessor.tokenizer, preprocessor.packer, 2)
+    texts = (tf.constant(firsts), tf.constant(seconds))
+    packed = {k: v.numpy() for k, v in plain(texts).items()}
+    masked = {k: v.numpy() for k, v in preprocessor(texts).items()}
+    tokenizer = preprocessor.tokenizer
+    special = {tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id}
+    np.testing.assert_array_equal(masked["input_mask"], packed["input_mask"])
+    np.testing.assert_array_equal(masked["input_type_ids"], packed["input_type_ids"])
+    chosen, kinds = 0, {"mask": 0, "random": 0, "kept": 0}
+    for row in range(len(firsts)):
+        weights = masked["masked_lm_weights"][row]
+        positions = masked["masked_lm_positions"][row][weights > 0]
+        ids = packed["input_word_ids"][row]
+        assert len(positions) <= 20 and len(set(positions)) == len(positions)
+        assert not special & set(ids[positions].tolist())
+        np.testing.assert_array_equal(masked["masked_lm_ids"][row][weights > 0], ids[positions])
+        others = np.setdiff1d(np.arange(len(ids)), positions)
+        np.testing.assert_array_equal(masked["input_word_ids"][row][others], ids[others])
+        for p in positions:
+            new = masked["input_word_ids"][row][p]
+            kinds["mask" if new == tokenizer.mask_id else "kept" if new == ids[p] else "random"] += 1
+        real = int(packed["input_mask"][row].sum())
+        chosen += len(positions) / min(real, 20 / 0.15)
+    total = sum(kinds.values())
+    assert 0.13 < chosen / len(firsts) < 0.18
+    assert 0.75 < kinds["mask"] / total < 0.85
+    assert 0.07 < kinds["random"] / total < 0.13  # a random token may equal the original
+    assert 0.07 < kinds["kept"] / total < 0.13
+
+
+def test_fit_on_raw_pairs_learns_and_the_checkpoint_round_trips(pretrainer, tmp_path):
+    keras.utils.set_random_seed(1)
+    firsts, seconds, labels = keras_bert.sentence_pairs(documents() * 4, seed=1)
+    pretrainer.compile(learning_rate=1e-2, warmup_proportion=0.0)
+    before = pretrainer.evaluate((firsts, seconds), labels, batch_size=16, return_dict=True)
+    history = pretrainer.fit((firsts, seconds), labels, batch_size=16, epochs=6, verbose=0)
+    after = pretrainer.evaluate((firsts, seconds), labels, batch_size=16, return_dict=True)
+    assert len(history.history["loss"]) == 6
+    # A random 2-layer model first learns the words' frequencies: from ln(30522) = 10.3.
+    assert before["masked_lm_loss"] > 9.5
+    assert after["masked_lm_loss"] < before["masked_lm_loss"] - 2.0
+    pretrainer.save_checkpoint(str(tmp_path / "hf"))
+    reloaded = keras_bert.BertPretrainer.from_checkpoint(str(tmp_path / "hf"), sequence_length=64)
+    for ours, theirs in zip(pretrainer.weights, reloaded.weights):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=ours.path)
+    assert reloaded.preprocessor.tokenizer.vocabulary == pretrainer.preprocessor.tokenizer.vocabulary
+
+
+def test_saved_pretrainer_predicts_alone_in_another_process(pretrainer, tmp_path):
+    path = str(tmp_path / "pretrainer.keras")
+    pretrainer.save(path)
+    script = (
+        "import keras_bert, keras, sys\n"
+        f"model = keras.saving.load_model({path!r})\n"
+        "out = model.predict((['the cat sat on the mat .'], ['a dog barked .']), verbose=0)\n"
+        "print(out['masked_lm'].shape[-1], out['next_sentence'].shape)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=os.path.dirname(path), timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[-2] == "30522 (1, 2)"
+
+
+def test_mistakes_are_one_line_errors(pretrainer):
+    with pytest.raises(ValueError, match="needs y: the next-sentence labels"):
+        pretrainer.fit((["a b"], ["c d"]))
+    with pytest.raises(ValueError, match="nothing to serve"):
+        pretrainer.export("anywhere")
+    with pytest.raises(ValueError, match="takes 2 text"):
+        pretrainer.predict(["only one text"])
+    with pytest.raises(ValueError, match="masked_lm_prob must be in"):
+        keras_bert.BertPretrainingPreprocessor.from_tokenizer(
+            pretrainer.preprocessor.tokenizer, 16, masked_lm_prob=1.5)
