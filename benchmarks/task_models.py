@@ -74,6 +74,7 @@ def main(argv):
         "checkpoint": path, "precision": "mixed_bfloat16", "examples": len(sentences),
         "batch_size": FLAGS.batch_size, "rounds": FLAGS.rounds,
         "examples_per_s": results,
+        "seconds_per_round": {name: [round(x, 3) for x in t] for name, t in timings.items()},
         "fit_strings_over_token_ids": results["fit/strings"] / results["fit/token_ids"],
         "predict_strings_over_token_ids":
             results["predict/strings"] / results["predict/token_ids"],
