@@ -13,12 +13,12 @@ bare encoder in the TF Hub BERT layout (exported/<model_name>_preprocess, _encod
 
 import os
 
-from absl import app, flags, logging
-
 import keras
+from absl import app, flags, logging
 
 import keras_bert  # noqa: F401  (registers the task models before loading one)
 from exports import hub_layout
+from tasks import run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -28,13 +28,22 @@ flags.DEFINE_string("export_dir", "exported", "Base folder TF Serving watches.")
 flags.DEFINE_string("model_name", None, "Model name (sub-folder). Default: the task name.")
 flags.DEFINE_integer("version", None, "Version number. Default: one more than the newest.")
 flags.DEFINE_bool("hub_layout", False, "Also export preprocessor and encoder, TF Hub style.")
+flags.DEFINE_integer("serving_max_windows", None, "SQuAD runs: windows a served passage may produce "
+                     "(default: the run's own, 64 unless trained otherwise); a longer passage's "
+                     "end is not read and the answer's passage_cut says so.")
 
-def export_run(run_dir, export_dir, model_name=None, version=None, hub=False):
+def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, max_windows=None):
     """Exports the model.keras of a finished run; everything it needs is inside that file."""
     path = os.path.join(run_dir, "model.keras")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{run_dir} is not a finished run: it has no model.keras")
     model = keras.saving.load_model(path)
+    if max_windows is not None:
+        if not hasattr(model.preprocessor, "max_windows"):
+            raise app.UsageError("--serving_max_windows applies to SQuAD runs only")
+        if max_windows < 1:
+            raise app.UsageError(f"--serving_max_windows must be at least 1, got {max_windows}")
+        model.preprocessor.max_windows = max_windows
     model_name = model_name or model.name
     path = model.export(os.path.join(export_dir, model_name), version=version)
     logging.info("exported %s", path)
@@ -54,10 +63,10 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     path = export_run(FLAGS.run_dir, FLAGS.export_dir, FLAGS.model_name, FLAGS.version,
-                      FLAGS.hub_layout)  # fmt: skip
+                      FLAGS.hub_layout, FLAGS.serving_max_windows)  # fmt: skip
     print(path)
 
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("run_dir")
-    app.run(main)
+    run_main(main)

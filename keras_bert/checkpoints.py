@@ -16,12 +16,14 @@ import json
 import os
 import re
 import shutil
+import zipfile
 
 import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from keras_bert import variable_names
 from keras_bert.config import LAYER_NORM_EPSILON, BertConfig
 from keras_bert.encoder import BertEncoder
 from keras_bert.heads import MaskedLMHead, NextSentenceHead
@@ -51,88 +53,6 @@ class BertCheckpoint:
     next_sentence: NextSentenceHead | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class _Entry:
-    """One weight: its Google name, its Hugging Face name, and the Keras variable."""
-
-    google: str
-    hf: str
-    variable: object
-    transpose_google: bool = False
-    transpose_hf: bool = False
-
-
-def _entries(encoder, masked_lm=None, next_sentence=None):
-    entries = []
-
-    def dense(google, hf, layer):
-        entries.append(_Entry(f"{google}/kernel", f"{hf}.weight", layer.kernel, transpose_hf=True))
-        entries.append(_Entry(f"{google}/bias", f"{hf}.bias", layer.bias))
-
-    def norm(google, hf, layer):
-        entries.append(_Entry(f"{google}/gamma", f"{hf}.weight", layer.gamma))
-        entries.append(_Entry(f"{google}/beta", f"{hf}.bias", layer.beta))
-
-    emb = encoder.embeddings
-    for name, variable in (
-        ("word_embeddings", emb.word_embeddings.embeddings),
-        ("token_type_embeddings", emb.token_type_embeddings.embeddings),
-        ("position_embeddings", emb.position_embeddings),
-    ):
-        entries.append(
-            _Entry(f"bert/embeddings/{name}", f"bert.embeddings.{name}.weight", variable)
-        )
-    norm("bert/embeddings/LayerNorm", "bert.embeddings.LayerNorm", emb.layer_norm)
-    for i, block in enumerate(encoder.transformer_layers):
-        google, hf = f"bert/encoder/layer_{i}", f"bert.encoder.layer.{i}"
-        for part in ("query", "key", "value"):
-            dense(
-                f"{google}/attention/self/{part}",
-                f"{hf}.attention.self.{part}",
-                getattr(block.attention, part),
-            )
-        dense(
-            f"{google}/attention/output/dense",
-            f"{hf}.attention.output.dense",
-            block.attention.output_dense,
-        )
-        norm(
-            f"{google}/attention/output/LayerNorm",
-            f"{hf}.attention.output.LayerNorm",
-            block.attention_layer_norm,
-        )
-        dense(f"{google}/intermediate/dense", f"{hf}.intermediate.dense", block.intermediate)
-        dense(f"{google}/output/dense", f"{hf}.output.dense", block.output_dense)
-        norm(f"{google}/output/LayerNorm", f"{hf}.output.LayerNorm", block.output_layer_norm)
-    dense("bert/pooler/dense", "bert.pooler.dense", encoder.pooler.dense)
-    if masked_lm is not None:
-        dense("cls/predictions/transform/dense", "cls.predictions.transform.dense", masked_lm.dense)
-        norm(
-            "cls/predictions/transform/LayerNorm",
-            "cls.predictions.transform.LayerNorm",
-            masked_lm.layer_norm,
-        )
-        entries.append(
-            _Entry("cls/predictions/output_bias", "cls.predictions.bias", masked_lm.output_bias)
-        )
-    if next_sentence is not None:
-        # Google and Hugging Face both store this kernel as (2, hidden).
-        kernel, bias = next_sentence.dense.kernel, next_sentence.dense.bias
-        entries.append(
-            _Entry(
-                "cls/seq_relationship/output_weights",
-                "cls.seq_relationship.weight",
-                kernel,
-                transpose_google=True,
-                transpose_hf=True,
-            )
-        )
-        entries.append(
-            _Entry("cls/seq_relationship/output_bias", "cls.seq_relationship.bias", bias)
-        )
-    return entries
-
-
 def _heads_for(encoder, names, masked_lm_prefix, next_sentence_prefix):
     config = encoder.config
     masked_lm = next_sentence = None
@@ -148,45 +68,6 @@ def _heads_for(encoder, names, masked_lm_prefix, next_sentence_prefix):
         next_sentence = NextSentenceHead(config.initializer_range, name="next_sentence")
         next_sentence.build((None, config.hidden_size))
     return masked_lm, next_sentence
-
-
-def _some(names):
-    return ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
-
-
-def _assign(entries, shapes, read, key, source, file_names=None):
-    """Checks every name and shape first, then reads and assigns: all or nothing.
-
-    `shapes` and `read` use the names of `key` ("google" or "hf"); `file_names` maps them to
-    the names the file itself uses, for the messages.
-    """
-    spell = (file_names or {}).get
-    expected = {getattr(e, key): e for e in entries}
-    missing = sorted(set(expected) - set(shapes))
-    unexpected = sorted(spell(name, name) for name in set(shapes) - set(expected))
-    if missing:
-        raise ValueError(
-            f"{source} lacks {len(missing)} variable(s) the model needs: {_some(missing)}"
-        )
-    if unexpected:
-        raise ValueError(
-            f"{source} has {len(unexpected)} variable(s) this model has no place for: "
-            f"{_some(unexpected)}"
-        )
-    transpose = f"transpose_{key}"
-    for name, entry in expected.items():
-        shape = tuple(shapes[name])[:: -1 if getattr(entry, transpose) else 1]
-        if shape != tuple(entry.variable.shape):
-            raise ValueError(
-                f"{source}: variable {spell(name, name)} has shape {tuple(shapes[name])}, but "
-                f"the config asks for {tuple(entry.variable.shape)[:: -1 if getattr(entry, transpose) else 1]}"
-            )
-    for name, entry in expected.items():
-        try:
-            value = np.asarray(read(name), dtype=np.float32)
-        except Exception as e:  # a truncated or corrupt file surfaces here, per variable
-            raise ValueError(f"{source}: could not read variable {spell(name, name)}: {e}") from e
-        entry.variable.assign(value.T if getattr(entry, transpose) else value)
 
 
 def detect_format(path):
@@ -226,11 +107,31 @@ def _google_prefix(path):
     return indexes[0][: -len(".index")]
 
 
+def read_config(path):
+    """The `BertConfig` of a checkpoint in any of the three layouts, read without its weights."""
+    fmt, folder = detect_format(path)
+    if fmt == KERAS:
+        source = os.path.join(folder, "encoder.keras")
+        try:
+            with zipfile.ZipFile(source) as archive:
+                values = json.loads(archive.read("config.json"))["config"]
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
+            raise ValueError(f"{source} is not a saved keras-bert encoder: {e}") from None
+    elif fmt == GOOGLE:
+        source = os.path.join(folder, "bert_config.json")
+        values = _read_json(source)
+        values["hidden_act"] = _FROM_GOOGLE_ACT.get(values.get("hidden_act"),
+                                                    values.get("hidden_act"))  # fmt: skip
+    else:
+        source = os.path.join(folder, "config.json")
+        values = _read_json(source)
+        if values.get("model_type", "bert") != "bert":
+            raise ValueError(f"{source}: model_type {values['model_type']!r} is not 'bert'")
+    return BertConfig.from_dict(values, source=source)
+
+
 def _load_google(path, folder):
-    config_file = os.path.join(folder, "bert_config.json")
-    values = _read_json(config_file)
-    values["hidden_act"] = _FROM_GOOGLE_ACT.get(values.get("hidden_act"), values.get("hidden_act"))
-    encoder = BertEncoder(**BertConfig.from_dict(values, source=config_file).to_dict())
+    encoder = BertEncoder(**read_config(path).to_dict())
     prefix = _google_prefix(path)
     try:
         reader = tf.train.load_checkpoint(prefix)
@@ -244,8 +145,8 @@ def _load_google(path, folder):
     masked_lm, next_sentence = _heads_for(
         encoder, shapes, "cls/predictions/", "cls/seq_relationship/"
     )
-    entries = _entries(encoder, masked_lm, next_sentence)
-    _assign(entries, shapes, reader.get_tensor, "google", prefix)
+    entries = variable_names.entries(encoder, masked_lm, next_sentence)
+    variable_names.assign(entries, shapes, reader.get_tensor, "google", prefix)
     return encoder, masked_lm, next_sentence
 
 
@@ -264,11 +165,7 @@ def _hf_keys(names):
 def _load_hugging_face(folder):
     from safetensors import safe_open
 
-    config_file = os.path.join(folder, "config.json")
-    values = _read_json(config_file)
-    if values.get("model_type", "bert") != "bert":
-        raise ValueError(f"{config_file}: model_type {values['model_type']!r} is not 'bert'")
-    encoder = BertEncoder(**BertConfig.from_dict(values, source=config_file).to_dict())
+    encoder = BertEncoder(**read_config(folder).to_dict())
     weights_file = os.path.join(folder, "model.safetensors")
     try:
         weights = safe_open(weights_file, framework="np")
@@ -290,8 +187,8 @@ def _load_hugging_face(folder):
     masked_lm, next_sentence = _heads_for(
         encoder, shapes, "cls.predictions.", "cls.seq_relationship."
     )
-    entries = _entries(encoder, masked_lm, next_sentence)
-    _assign(entries, shapes, read, "hf", weights_file, file_names=keys)
+    entries = variable_names.entries(encoder, masked_lm, next_sentence)
+    variable_names.assign(entries, shapes, read, "hf", weights_file, file_names=keys)
     return encoder, masked_lm, next_sentence
 
 
@@ -388,7 +285,7 @@ def save_checkpoint(checkpoint, folder, format=HUGGING_FACE):
         checkpoint.vocab_file, vocab_target
     ):
         _replace_atomically(vocab_target, lambda tmp: shutil.copyfile(checkpoint.vocab_file, tmp))
-    entries = _entries(checkpoint.encoder, checkpoint.masked_lm, checkpoint.next_sentence)
+    entries = variable_names.entries(checkpoint.encoder, checkpoint.masked_lm, checkpoint.next_sentence)
     if format == GOOGLE:
         _write_google(checkpoint, folder, entries)
     elif format == HUGGING_FACE:

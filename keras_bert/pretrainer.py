@@ -21,7 +21,7 @@ from keras_bert import checkpoints
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import MaskedLMHead, NextSentenceHead
 from keras_bert.preprocessing import BertPreprocessor
-from keras_bert.task import BertTask
+from keras_bert.task import BertTask, check_sequence_length
 from keras_bert.tokenizer import BertTokenizer
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
@@ -114,6 +114,7 @@ class BertPretrainer(BertTask):
                         max_predictions=20, do_lower_case=None, **kwargs):  # fmt: skip
         """A pretrainer on a checkpoint, with its masked-LM and next-sentence heads when it has
         them (fresh heads otherwise)."""
+        check_sequence_length(sequence_length, checkpoints.read_config(path))
         checkpoint = checkpoints.load_checkpoint(path, do_lower_case)
         tokenizer = BertTokenizer(checkpoint.vocab_file, checkpoint.do_lower_case)
         preprocessor = BertPretrainingPreprocessor.from_tokenizer(

@@ -52,11 +52,13 @@ class BertQuestionAnswerer(BertTask):
 
     @classmethod
     def from_checkpoint(cls, path, *, sequence_length=384, max_query_length=64, doc_stride=128,
-                        n_best_size=20, max_answer_length=30, do_lower_case=None, **kwargs):  # fmt: skip
-        encoder, tokenizer = load_pretrained(path, do_lower_case)
+                        n_best_size=20, max_answer_length=30, max_windows=64, do_lower_case=None,
+                        **kwargs):  # fmt: skip
+        encoder, tokenizer = load_pretrained(path, do_lower_case, sequence_length)
         windows = SpanWindows.from_tokenizer(
             tokenizer, sequence_length, max_query_length=max_query_length,
-            doc_stride=doc_stride, n_best_size=n_best_size, max_answer_length=max_answer_length)  # fmt: skip
+            doc_stride=doc_stride, n_best_size=n_best_size, max_answer_length=max_answer_length,
+            max_windows=max_windows)  # fmt: skip
         return cls(encoder, windows, **kwargs)
 
     @property
@@ -102,7 +104,8 @@ class BertQuestionAnswerer(BertTask):
 
     def predict(self, x, batch_size=None, verbose="auto", **kwargs):
         """Answers for x = (questions, passages): a dict of NumPy arrays over the questions,
-        `answer` (str), `start`, `end`, `score`, `no_answer` (SQuAD 2.0), and `candidates`, a
+        `answer` (str), `start`, `end`, `score`, `no_answer` (SQuAD 2.0), `passage_cut` (the
+        passage was longer than the preprocessor's `max_windows` windows), and `candidates`, a
         dict of (questions, n_best_size) arrays: `scores`, `char_starts`, `char_ends`, and
         `null_score` (questions,)."""
         results = [_pad_candidates(result, self.preprocessor.n_best_size) for result in

@@ -28,7 +28,7 @@ class SpanWindows(BertPreprocessor):
     max_seq_length, ...)` builds one."""
 
     def __init__(self, tokenizer, packer, max_query_length=64, doc_stride=128, n_best_size=20,
-                 max_answer_length=30, **kwargs):  # fmt: skip
+                 max_answer_length=30, max_windows=64, **kwargs):  # fmt: skip
         kwargs["num_segments"] = 2
         super().__init__(tokenizer, packer, **kwargs)
         max_seq_length = packer.sequence_length
@@ -37,10 +37,13 @@ class SpanWindows(BertPreprocessor):
                              f"passage in max_seq_length ({max_seq_length}) tokens")  # fmt: skip
         if doc_stride < 1:
             raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
+        if max_windows < 1:
+            raise ValueError(f"max_windows must be at least 1, got {max_windows}")
         self.max_query_length = max_query_length
         self.doc_stride = doc_stride
         self.n_best_size = n_best_size
         self.max_answer_length = max_answer_length
+        self.max_windows = max_windows
 
     @property
     def max_seq_length(self):
@@ -56,7 +59,8 @@ class SpanWindows(BertPreprocessor):
     def get_config(self):
         config = {**super().get_config(), "max_query_length": self.max_query_length,
                   "doc_stride": self.doc_stride, "n_best_size": self.n_best_size,
-                  "max_answer_length": self.max_answer_length}  # fmt: skip
+                  "max_answer_length": self.max_answer_length,
+                  "max_windows": self.max_windows}  # fmt: skip
         del config["num_segments"]
         return config
 
@@ -70,6 +74,7 @@ class SpanWindows(BertPreprocessor):
 
         Returns a dict over windows (`windows` >= batch): the encoder inputs, int32
         (windows, seq); `example` int64 (windows,), the pair each window comes from;
+        `passage_cut` bool (batch,), whether a passage needed more than `max_windows`;
         `char_starts` and `char_ends` int64 (windows, seq), the passage characters of each
         position (-1 off the passage); `max_context` bool (windows, seq); with
         answers also `start_positions` and `end_positions` int32 (windows,), 0 ([CLS]) when
@@ -81,7 +86,10 @@ class SpanWindows(BertPreprocessor):
         doc_lengths = context_ids.row_lengths()
         room = self.max_seq_length - 3 - query_lengths  # passage tokens per window
         step = tf.minimum(room, self.doc_stride)
-        counts = 1 + tf.maximum(doc_lengths - room + step - 1, 0) // step  # windows per pair
+        needed = 1 + tf.maximum(doc_lengths - room + step - 1, 0) // step  # windows per pair
+        # A passage's windows are bounded, so one huge passage cannot hold a server for seconds;
+        # its text past the last window is not read (`passage_cut` says so).
+        counts = tf.minimum(needed, self.max_windows)
         example = tf.repeat(tf.range(tf.size(counts, tf.int64)), counts)  # (windows,)
         index = tf.ragged.range(counts).flat_values  # window number within its pair
         starts = index * tf.gather(step, example)
@@ -101,6 +109,7 @@ class SpanWindows(BertPreprocessor):
         result = {
             **inputs,
             "example": example,
+            "passage_cut": needed > self.max_windows,
             "char_starts": on_positions(tf.gather(char_starts.flat_values, flat)),
             "char_ends": on_positions(tf.gather(char_ends.flat_values, flat)),
             "max_context": on_positions(tf.cast(self._max_context(
@@ -123,7 +132,8 @@ class SpanWindows(BertPreprocessor):
         this window, compared with every window of its pair."""
         token_example = tf.gather(example, positions.value_rowids())
         p = positions.flat_values[:, None]  # (tokens, 1) passage position
-        k = tf.range(tf.reduce_max(counts))[None, :]  # (1, windows of the longest pair)
+        longest = tf.maximum(tf.reduce_max(counts), 0)  # 0, not int64's min, for an empty batch
+        k = tf.range(longest)[None, :]  # (1, windows of the longest pair)
         start = k * tf.gather(step, token_example)[:, None]
         length = tf.minimum(tf.gather(room, token_example)[:, None],
                             tf.gather(doc_lengths, token_example)[:, None] - start)  # fmt: skip
@@ -168,8 +178,10 @@ class SpanWindows(BertPreprocessor):
         ends = tf.reshape(tf.broadcast_to(ends[:, None, :], tf.shape(valid)), tf.shape(scores))
 
         def per_pair(values, fill):  # (windows, k * k) -> (batch, candidates of all windows)
-            ragged = tf.RaggedTensor.from_value_rowids(values, windows["example"])
-            return ragged.merge_dims(1, 2).to_tensor(fill)
+            ragged = tf.RaggedTensor.from_value_rowids(values, windows["example"]).merge_dims(1, 2)
+            # At least one column, even for an empty batch, for the best answer's [:, 0].
+            width = tf.maximum(ragged.bounding_shape(axis=1), 1)
+            return ragged.to_tensor(fill, shape=tf.stack([ragged.nrows(), width]))
 
         pair_scores = per_pair(scores, neg_inf)
         n_best = tf.minimum(self.n_best_size, tf.shape(pair_scores)[1])
@@ -194,7 +206,8 @@ class SpanWindows(BertPreprocessor):
 
         Returns a dict over pairs: `answer` tf.string, `start` and `end` int64 character
         offsets in the passage (-1 when there is none), `score` float32 (start + end logit),
-        and with a threshold (SQuAD 2.0) `no_answer` bool, true when [CLS]'s score beats the
+        `passage_cut` bool, true when the passage was longer than `max_windows` windows (its
+        end was not read), and with a threshold (SQuAD 2.0) `no_answer` bool, true when [CLS]'s score beats the
         best span's by more than the threshold. `candidates` holds decode()'s n-best.
         """
         contexts = tf.strings.unicode_transcode(contexts, "UTF-8", "UTF-8", errors="replace")
@@ -203,7 +216,8 @@ class SpanWindows(BertPreprocessor):
         best = self.decode(windows, logits["start_logits"], logits["end_logits"])
         start, end, score = best["char_starts"][:, 0], best["char_ends"][:, 0], best["scores"][:, 0]
         empty = start < 0
-        result = {"start": start, "end": end, "score": score, "candidates": best}
+        result = {"start": start, "end": end, "score": score, "candidates": best,
+                  "passage_cut": windows["passage_cut"]}  # fmt: skip
         if null_score_diff_threshold is not None:
             result["no_answer"] = empty = empty | (
                 best["null_score"] - score > null_score_diff_threshold)

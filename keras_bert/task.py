@@ -30,8 +30,18 @@ class _Recipe:
     compile_kwargs: dict
 
 
-def load_pretrained(path, do_lower_case=None):
-    """(encoder, tokenizer) of a Google, Hugging Face or keras-bert checkpoint folder."""
+def check_sequence_length(sequence_length, config, what="sequence_length"):
+    """Refuses a length the checkpoint has no position embeddings for (or below 3)."""
+    if not 3 <= sequence_length <= config.max_position_embeddings:
+        raise ValueError(f"{what}={sequence_length} must be between 3 and the checkpoint's "
+                         f"max_position_embeddings={config.max_position_embeddings}")  # fmt: skip
+
+
+def load_pretrained(path, do_lower_case=None, sequence_length=None):
+    """(encoder, tokenizer) of a Google, Hugging Face or keras-bert checkpoint folder; with
+    `sequence_length`, checked against the checkpoint before its weights load."""
+    if sequence_length is not None:
+        check_sequence_length(sequence_length, checkpoints.read_config(path))
     checkpoint = checkpoints.load_checkpoint(path, do_lower_case)
     return checkpoint.encoder, BertTokenizer(checkpoint.vocab_file, checkpoint.do_lower_case)
 
@@ -48,9 +58,9 @@ def _as_tensors(value):
 
 def _length(value):
     if isinstance(value, dict):
-        value = next(iter(value.values()))
+        value = next(iter(value.values()), ())
     if isinstance(value, tuple):
-        value = value[0]
+        value = value[0] if value else ()
     return int(value.shape[0]) if tf.is_tensor(value) else len(value)
 
 
@@ -80,6 +90,8 @@ class BertTask(keras.Model):
             return x
         if x is None:
             raise ValueError("no data: pass x (raw strings)")
+        if _length(x) == 0:
+            raise ValueError("x is empty: pass at least one example")
         data = keras.utils.pack_x_y_sample_weight(_as_tensors(x), *[
             _as_tensors(v) for v in (y, sample_weight) if v is not None])  # fmt: skip
         dataset = tf.data.Dataset.from_tensor_slices(data)

@@ -235,7 +235,11 @@ class BertPacker(keras.layers.Layer):
         return self._pad(word_ids, type_ids)
 
     def _pad(self, word_ids, type_ids):
-        shape = [None, self.sequence_length if self.pad_to_sequence_length else None]
+        if self.pad_to_sequence_length:
+            shape = [None, self.sequence_length]
+        else:  # an empty batch still has [CLS] and [SEP] columns, for what reads them
+            width = tf.maximum(word_ids.bounding_shape(axis=1, out_type=tf.int32), 2)
+            shape = tf.stack([word_ids.nrows(out_type=tf.int32), width])
         return {
             "input_word_ids": word_ids.to_tensor(self.pad_id, shape=shape),
             "input_mask": tf.ones_like(word_ids).to_tensor(0, shape=shape),

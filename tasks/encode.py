@@ -13,7 +13,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertPacker, BertTokenizer, load_checkpoint
-from tasks import default_checkpoint
+from tasks import default_checkpoint, run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("checkpoint", None, "Checkpoint folder (Google, Hugging Face or keras-bert "
@@ -60,4 +60,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_main(main)

@@ -10,6 +10,7 @@ With --do_predict, writes the test predictions in the GLUE submission format (<T
 
 import csv
 import dataclasses
+import math
 import os
 import sys
 
@@ -17,7 +18,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from keras_bert import BertClassifier
-from tasks import common
+from tasks import common, driver, run_main, runs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -163,9 +164,13 @@ def read_tsv(path, task, labelled):
 def parse_label(value, task, where):
     if task.labels is None:
         try:
-            return float(value)
+            score = float(value)
         except ValueError:
             raise ValueError(f"{where}: label {value!r} is not a number") from None
+        if not math.isfinite(score):
+            raise ValueError(f"{where}: label {value!r} is not a finite number; fix or remove "
+                             "the row")  # fmt: skip
+        return score
     if value not in task.labels:
         raise ValueError(f"{where}: label {value!r} is not one of {task.name}'s labels "
                          f"{list(task.labels)}")  # fmt: skip
@@ -235,10 +240,10 @@ def write_submission(path, task, ids, logits):
         rows = [f"{i}\t{score:.3f}" for i, score in zip(ids, logits[:, 0])]
     else:
         rows = [f"{i}\t{task.labels[p]}" for i, p in zip(ids, np.argmax(logits, axis=-1))]
-    common.write_atomically(path, "index\tprediction\n" + "\n".join(rows) + "\n")
+    runs.write_atomically(path, "index\tprediction\n" + "\n".join(rows) + "\n")
 
 
-class GlueBinary(common.TaskBinary):
+class GlueBinary(driver.TaskBinary):
     """A GLUE task: a classifier (a regressor for STS-B) on single sentences or pairs."""
 
     def __init__(self, task):
@@ -302,4 +307,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_main(main)

@@ -24,7 +24,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertTokenClassifier
-from tasks import common
+from tasks import common, driver, run_main, runs
 
 FLAGS = flags.FLAGS
 # allow_override: tasks.swag and tasks.squad use the same names (tests import them together).
@@ -157,10 +157,10 @@ def write_predictions(path, split, predicted):
     lines = []
     for sentence, gold, tags in zip(split.texts["sentence"], split.labels, predicted):
         lines += [f"{w} {g} {p}" for w, g, p in zip(sentence.split(" "), gold, tags)] + [""]
-    common.write_atomically(path, "\n".join(lines) + "\n")
+    runs.write_atomically(path, "\n".join(lines) + "\n")
 
 
-class NerBinary(common.TaskBinary):
+class NerBinary(driver.TaskBinary):
     """CoNLL-2003 NER: a token classifier, scored by entity-level precision, recall and F1."""
 
     name = "ner"
@@ -223,4 +223,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_main(main)

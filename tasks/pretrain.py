@@ -18,10 +18,18 @@ import keras
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert import (BertConfig, BertEncoder, BertPretrainer, BertPretrainingPreprocessor,
-                        BertTokenizer, checkpoints, optimization, pretraining)
+from keras_bert import (
+    BertConfig,
+    BertEncoder,
+    BertPretrainer,
+    BertPretrainingPreprocessor,
+    BertTokenizer,
+    checkpoints,
+    optimization,
+    pretraining,
+)
 from keras_bert.vocabulary import read_vocabulary
-from tasks import common, pretraining_text
+from tasks import common, pretraining_text, run_main, runs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -51,7 +59,8 @@ flags.DEFINE_bool("do_whole_word_mask", False, "Streaming: mask all pieces of a 
 flags.DEFINE_string("bert_config_file", None, "Config of a model trained from scratch.")
 flags.DEFINE_string("vocab_file", None, "vocab.txt of a model trained from scratch.")
 flags.DEFINE_integer("num_train_steps", 1000, "Optimizer steps.")
-flags.DEFINE_integer("num_warmup_steps", 100, "Linear warmup steps.")
+flags.DEFINE_integer("num_warmup_steps", None, "Linear warmup steps. Default: 10% of "
+                     "--num_train_steps.")
 flags.DEFINE_integer(
     "steps_per_loop",
     100,
@@ -104,6 +113,7 @@ def streaming_dataset(tokenizer):
         documents.extend(pretraining_text.tokenize_documents(text, tokenizer))
     if not documents:
         raise ValueError(f"no text in --text_file={FLAGS.text_file}")
+    pretraining_text.check_pairs(documents, f"--text_file={FLAGS.text_file}")
     return pretraining_text.streaming_dataset(
         documents, pretraining.special_ids(tokenizer), FLAGS.seed, FLAGS.max_seq_length,
         FLAGS.max_predictions_per_seq, short_seq_prob=FLAGS.short_seq_prob,
@@ -119,7 +129,11 @@ def training_dataset(examples):
 
 
 def record_shape(path):
-    example = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(path))).numpy())
+    first = next(iter(tf.data.TFRecordDataset(path)), None)
+    if first is None:
+        raise ValueError(f"{path} holds no pre-training instances; make it again with "
+                         "tasks.create_pretraining_data from more text")  # fmt: skip
+    example = tf.train.Example.FromString(first.numpy())
     features = example.features.feature
     return len(features["input_ids"].int64_list.value), len(
         features["masked_lm_ids"].int64_list.value
@@ -147,7 +161,7 @@ def build_pretrainer():
 
 def create_optimizer():
     schedule = optimization.WarmupLinearDecay(FLAGS.learning_rate, FLAGS.num_train_steps,
-                                              FLAGS.num_warmup_steps)  # fmt: skip
+                                              warmup_steps())  # fmt: skip
     accumulate = (
         FLAGS.gradient_accumulation_steps if FLAGS.gradient_accumulation_steps > 1 else None
     )
@@ -156,7 +170,7 @@ def create_optimizer():
                                           gradient_accumulation_steps=accumulate)  # fmt: skip
     else:
         optimizer = optimization.create_optimizer(
-            FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps,
+            FLAGS.learning_rate, FLAGS.num_train_steps, warmup_steps(),
             weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm)  # fmt: skip
         optimizer.gradient_accumulation_steps = accumulate
     return (
@@ -166,16 +180,47 @@ def create_optimizer():
     )
 
 
+def warmup_steps():
+    if FLAGS.num_warmup_steps is None:
+        return FLAGS.num_train_steps // 10
+    return FLAGS.num_warmup_steps
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if bool(FLAGS.input_file) == bool(FLAGS.text_file):
         raise app.UsageError("pass --input_file (TFRecords) or --text_file (streaming), not both")
+    if FLAGS.num_train_steps < 1:
+        raise app.UsageError(f"--num_train_steps must be at least 1, got {FLAGS.num_train_steps}")
+    common.check_warmup(warmup_steps(), FLAGS.num_train_steps, "--num_warmup_steps")
     output_dir = FLAGS.output_dir or os.path.join("runs", "pretrain")
     strategy = common.create_strategy()
+    target = common.run_dir_of(strategy, output_dir)
+    state = runs.claim(target, runs.settings_of(FLAGS, "pretrain"), FLAGS.overwrite_output_dir,
+                       finished=os.path.join(checkpoints.HUGGING_FACE, "config.json"))  # fmt: skip
+    if state == "finished":
+        logging.info("%s holds this run, finished (pass --overwrite_output_dir to train it "
+                     "again)", target)  # fmt: skip
+        return
     with strategy.scope():
         model = build_pretrainer()
         model.compile(create_optimizer())  # the model's losses and weighted accuracies
+    dataset = training_dataset(examples_of(strategy, model))
+    # Backups every --save_checkpoints_steps (else --steps_per_loop) optimizer steps; a resumed
+    # run goes on from the batch its backup stopped at and ends at --num_train_steps.
+    accumulation = max(1, FLAGS.gradient_accumulation_steps)
+    loop = (FLAGS.save_checkpoints_steps or FLAGS.steps_per_loop) * accumulation  # batches
+    history = common.fit_resumably(model, strategy, dataset, loop,
+                                   FLAGS.num_train_steps * accumulation, [], output_dir, loop)  # fmt: skip
+    for fmt in (checkpoints.GOOGLE, checkpoints.HUGGING_FACE):
+        model.save_checkpoint(os.path.join(target, fmt), fmt)
+    runs.write_json(os.path.join(target, "history.json"), history)
+    logging.info("final metrics: %s", {k: v[-1] for k, v in history.items()})
+
+
+def examples_of(strategy, model):
+    """Pre-training instances: from record files, or built on the fly from --text_file."""
     # Workers split the record files between them when there are enough; otherwise each
     # reads everything and keeps its share of the examples.
     sharding = tf.data.experimental.AutoShardPolicy.DATA
@@ -188,22 +233,8 @@ def main(argv):
         examples = streaming_dataset(model.preprocessor.tokenizer)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = sharding
-    dataset = training_dataset(examples).with_options(options)
-    # One Keras epoch per checkpoint: Keras restores state at epoch boundaries, so a resumed
-    # run repeats at most the steps since the last checkpoint and ends at num_train_steps.
-    loop = FLAGS.save_checkpoints_steps or FLAGS.steps_per_loop
-    callbacks = common.run_callbacks(strategy, output_dir, [], "epoch")
-    accumulation = max(1, FLAGS.gradient_accumulation_steps)
-    steps = loop * accumulation  # batches per epoch
-    epochs = max(1, -(-FLAGS.num_train_steps // loop))
-    history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks,
-                        verbose=1 if common.is_chief(strategy) else 2)  # fmt: skip
-    target = common.run_dir_of(strategy, output_dir)
-    for fmt in (checkpoints.GOOGLE, checkpoints.HUGGING_FACE):
-        model.save_checkpoint(os.path.join(target, fmt), fmt)
-    common.write_json(os.path.join(target, "history.json"), history.history)
-    logging.info("final metrics: %s", {k: v[-1] for k, v in history.history.items()})
+    return examples.with_options(options)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_main(main)

@@ -101,6 +101,15 @@ def padded_features(instance, max_seq_length, max_predictions):
     }
 
 
+def check_pairs(documents, source):
+    """Refuses text that can make no next-sentence pair: a pair needs a document of at least two
+    sentences (a one-sentence document only lends random second sentences to others)."""
+    if not any(len(document) >= 2 for document in documents):
+        raise ValueError(f"{source} makes no pre-training pair: it needs a document of at least "
+                         "two sentences (in the lines format, one sentence per line and a blank "
+                         "line between documents)")  # fmt: skip
+
+
 def passes(documents, special, seed, **settings):
     """Yields, pass after pass forever, the list of instances of one pass over the documents in
     a new random order, with new pairs and masks (the recipe of the offline files)."""

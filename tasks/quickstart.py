@@ -14,7 +14,7 @@ import os
 import tensorflow as tf
 from absl import app, flags, logging
 
-from tasks import common, glue
+from tasks import common, glue, run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("classify", ["A gripping, beautifully acted film.",
@@ -54,4 +54,4 @@ def main(argv):
 if __name__ == "__main__":
     for name, value in DEFAULTS.items():
         FLAGS.set_default(name, value)
-    app.run(main)
+    run_main(main)

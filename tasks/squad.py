@@ -24,7 +24,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertQuestionAnswerer
-from tasks import common, squad_metrics
+from tasks import common, driver, run_main, runs, squad_metrics
 
 FLAGS = flags.FLAGS
 # allow_override: tasks.swag and tasks.ner use the same name (tests import them together).
@@ -37,6 +37,9 @@ flags.DEFINE_integer("max_query_length", 64, "Question tokens kept; longer quest
 flags.DEFINE_integer("n_best_size", 20, "Start and end candidates per window, and answers kept "
                      "in nbest_predictions.json.")  # fmt: skip
 flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in tokens.")
+flags.DEFINE_integer("max_windows", 64, "Windows a passage may produce (about max_windows x "
+                     "doc_stride tokens are read); the rest of a longer passage is not read, and "
+                     "the prediction says so (passage_cut).")
 flags.DEFINE_float("null_score_diff_threshold", 0.0, "SQuAD 2.0: predict no answer when the "
                    "[CLS] score minus the best span's score is above this.")  # fmt: skip
 flags.adopt_module_key_flags(common)
@@ -132,6 +135,10 @@ def count_windows(split, windows):
 def predict(model, split):
     """Answers every question of a split. Returns (predictions, nbest, null_odds)."""
     result = model.predict(pairs(split), verbose=1)
+    cut = int(np.sum(result["passage_cut"]))
+    if cut:
+        logging.warning("%d passages needed more than max_windows=%d windows; their ends were "
+                        "not read", cut, model.preprocessor.max_windows)  # fmt: skip
     version_2 = model.threshold is not None
     predictions, nbest, null_odds = {}, {}, {}
     for j, qid in enumerate(split.ids):
@@ -185,16 +192,27 @@ def score(model, data, split, predictions, nbest, null_odds):
 
 
 def write_predictions(output_dir, predictions, nbest, null_odds, version_2):
-    common.write_json(os.path.join(output_dir, "predictions.json"), predictions)
-    common.write_json(os.path.join(output_dir, "nbest_predictions.json"), nbest)
+    runs.write_json(os.path.join(output_dir, "predictions.json"), predictions)
+    runs.write_json(os.path.join(output_dir, "nbest_predictions.json"), nbest)
     if version_2:
-        common.write_json(os.path.join(output_dir, "null_odds.json"), null_odds)
+        runs.write_json(os.path.join(output_dir, "null_odds.json"), null_odds)
 
 
-class SquadBinary(common.TaskBinary):
+class SquadBinary(driver.TaskBinary):
     """SQuAD v1.1 / v2.0: a question answerer, scored by exact match and F1."""
 
     name = "squad"
+
+    def check_flags(self):
+        super().check_flags()
+        if FLAGS.max_windows < 1:
+            raise app.UsageError(f"--max_windows must be at least 1, got {FLAGS.max_windows}")
+        if FLAGS.doc_stride < 1:
+            raise app.UsageError(f"--doc_stride must be at least 1, got {FLAGS.doc_stride}")
+        if FLAGS.max_query_length < 1 or FLAGS.max_query_length + 4 > FLAGS.max_seq_length:
+            raise app.UsageError(f"--max_query_length={FLAGS.max_query_length} leaves no room "
+                                 f"for the passage in --max_seq_length={FLAGS.max_seq_length}: "
+                                 "it must be at least 1 and at most --max_seq_length - 4")  # fmt: skip
 
     def prepare(self):
         self.dev = self.dev_data = None
@@ -214,7 +232,7 @@ class SquadBinary(common.TaskBinary):
             common.checkpoint_path(), sequence_length=FLAGS.max_seq_length,
             max_query_length=FLAGS.max_query_length, doc_stride=FLAGS.doc_stride,
             n_best_size=FLAGS.n_best_size, max_answer_length=FLAGS.max_answer_length,
-            version_2_with_negative=FLAGS.version_2_with_negative,
+            max_windows=FLAGS.max_windows, version_2_with_negative=FLAGS.version_2_with_negative,
             null_score_diff_threshold=FLAGS.null_score_diff_threshold,
             do_lower_case=FLAGS.do_lower_case, name=self.name)  # fmt: skip
 
@@ -278,4 +296,4 @@ def main(argv):
 
 if __name__ == "__main__":
     FLAGS.set_default("max_seq_length", 384)
-    app.run(main)
+    run_main(main)

@@ -16,7 +16,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from keras_bert import BertMultipleChoice
-from tasks import common
+from tasks import common, driver, run_main, runs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("train_file", None, "SWAG training file (.csv or .jsonl).")
@@ -67,7 +67,7 @@ def accuracy(logits, labels):
     return {"accuracy": float(np.mean(np.argmax(logits, axis=-1) == labels))}
 
 
-class SwagBinary(common.TaskBinary):
+class SwagBinary(driver.TaskBinary):
     """SWAG: a multiple-choice model, scored by accuracy."""
 
     name = "swag"
@@ -101,7 +101,7 @@ class SwagBinary(common.TaskBinary):
             logits = model.predict(batches(test), verbose=0)
             if write:
                 rows = [f"{i}\t{p}" for i, p in zip(test.ids, np.argmax(logits, axis=-1))]
-                common.write_atomically(os.path.join(output_dir, "swag_predictions.tsv"),
+                runs.write_atomically(os.path.join(output_dir, "swag_predictions.tsv"),
                                         "index\tprediction\n" + "\n".join(rows) + "\n")  # fmt: skip
         return {name: accuracy(model.predict(dataset, verbose=0), labels)
                 for name, (dataset, labels) in self.dev_sets.items()}  # fmt: skip
@@ -123,4 +123,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_main(main)

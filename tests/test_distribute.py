@@ -89,9 +89,9 @@ def test_killed_run_resumes_from_its_backup(tmp_path, tiny_checkpoint):
     command = glue_command(tiny_checkpoint, tmp_path, "--num_train_epochs=12",
                            "--max_train_examples=64")  # fmt: skip
     first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    metadata = tmp_path / "backup" / "training_metadata.json"
+    backup = tmp_path / "backup" / "latest.weights.h5"
     deadline = time.time() + 300
-    while not metadata.exists() and time.time() < deadline and first.poll() is None:
+    while not backup.exists() and time.time() < deadline and first.poll() is None:
         time.sleep(0.02)
     first.send_signal(signal.SIGKILL)
     first.wait()

@@ -68,6 +68,9 @@ def test_bad_files_name_the_file_line_and_problem(tmp_path):
     bad = write(tmp_path / "score.tsv", ["sentence1\tsentence2\tscore", "a\tb\thigh"])
     with pytest.raises(ValueError, match=r"score\.tsv:2: label 'high' is not a number"):
         glue.read_tsv(bad, glue.get_task("STS-B"), True)
+    bad = write(tmp_path / "nan.tsv", ["sentence1\tsentence2\tscore", "a\tb\t1.5", "c\td\tnan"])
+    with pytest.raises(ValueError, match=r"nan\.tsv:3: label 'nan' is not a finite number"):
+        glue.read_tsv(bad, glue.get_task("STS-B"), True)
     (tmp_path / "latin1.tsv").write_bytes(b"sentence\tlabel\ncaf\xe9\t1\n")
     with pytest.raises(ValueError, match="not valid UTF-8"):
         glue.read_tsv(str(tmp_path / "latin1.tsv"), task, True)

@@ -82,6 +82,9 @@ def test_bad_labels_and_inputs_are_refused_in_one_line(classifier):
         classifier.predict((SENTENCES, SENTENCES), verbose=0)
     with pytest.raises(ValueError, match="must be strings"):
         classifier.predict([1, 2, 3], verbose=0)
+    for empty in ([], np.array([], dtype=object), ()):
+        with pytest.raises(ValueError, match="x is empty"):
+            classifier.predict(empty, verbose=0)
     forever = tf.data.Dataset.from_tensor_slices((SENTENCES, LABELS)).batch(2).repeat()
     with pytest.raises(ValueError, match="repeats forever: pass steps_per_epoch"):
         classifier.fit(forever, verbose=0)
@@ -123,10 +126,13 @@ def test_export_serves_strings_with_inference_weights_only(classifier, tmp_path)
     assert size < 1.1 * weights_bytes(classifier)
     body = (
         "out = f(sentence=tf.constant(json.loads(sys.stdin.read())))\n"
+        "empty = f(sentence=tf.constant([], tf.string))\n"
         "print(json.dumps({'label': [x.decode() for x in out['label'].numpy()],"
-        " 'probabilities': out['probabilities'].numpy().tolist()}))\n"
+        " 'probabilities': out['probabilities'].numpy().tolist(),"
+        " 'empty': {k: list(v.shape) for k, v in empty.items()}}))\n"
     )
     served = served_in_clean_process(path, body, json.dumps(SENTENCES))
+    assert served["empty"] == {"label": [0], "label_id": [0], "probabilities": [0, 2]}
     expected = tf.nn.softmax(classifier.predict(SENTENCES, verbose=0)).numpy()
     np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
     assert served["label"] == [["neg", "pos"][i] for i in expected.argmax(-1)]
@@ -171,6 +177,21 @@ def test_question_answerer_learns_spans_and_reloads(tiny_checkpoint, tmp_path):
     assert reloaded.preprocessor.doc_stride == 8
     again = reloaded.predict((QUESTIONS, [PASSAGE] * 3), verbose=0)
     assert again["answer"].tolist() == result["answer"].tolist()
+    assert not result["passage_cut"].any()
+
+
+def test_question_answerer_bounds_the_windows_of_a_long_passage(tiny_checkpoint):
+    model = keras_bert.BertQuestionAnswerer.from_checkpoint(
+        tiny_checkpoint, sequence_length=32, max_query_length=12, doc_stride=8, max_windows=3)
+    long = " ".join(f"word{i}" for i in range(2000))  # about 6,000 pieces: 700+ windows
+    windows = model.preprocessor.windows(tf.constant(["q", "q"]), tf.constant([long, "short"]))
+    assert windows["example"].numpy().tolist() == [0, 0, 0, 1]
+    assert windows["passage_cut"].numpy().tolist() == [True, False]
+    result = model.predict((["where?", "where?"], [long, "a short passage"]), verbose=0)
+    assert result["passage_cut"].tolist() == [True, False]
+    first_windows = long[: int(result["candidates"]["char_ends"].max()) + 1]
+    assert result["answer"][0] in first_windows  # an answer from what was read
+    assert model.preprocessor.get_config()["max_windows"] == 3
 
 
 def test_token_classifier_learns_entities_and_refuses_unknown_tags(tiny_checkpoint, tmp_path):

@@ -191,6 +191,10 @@ def test_encodings_line_endings_and_bad_input(tmp_path, minilm_dir):
     empty.write_text("\n\n  \n")
     result = create_data(tmp_path / "e", minilm_dir, f"--input_file={empty}")
     assert result.returncode != 0 and "no text in" in result.stderr
+    (tmp_path / "one.txt").write_text("A single sentence.\n\nAnd one more document.\n")
+    result = create_data(tmp_path / "o", minilm_dir, f"--input_file={tmp_path / 'one.txt'}")
+    assert result.returncode == 1 and "makes no pre-training pair" in result.stderr
+    assert not (tmp_path / "o" / "out").exists() or not os.listdir(tmp_path / "o" / "out")
     result = create_data(tmp_path / "m", minilm_dir, f"--input_file={tmp_path}/nothing*.txt")
     assert result.returncode != 0 and "no input file matches" in result.stderr
 

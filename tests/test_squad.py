@@ -265,10 +265,13 @@ def test_squad_export_serves_the_python_answers(squad_v2_run, tmp_path):
         "qs = json.loads(sys.stdin.read())\n"
         "out = f(question=tf.constant([q[1] for q in qs]),\n"
         "        context=tf.constant([q[2] for q in qs]))\n"
+        "empty = f(question=tf.constant([], tf.string), context=tf.constant([], tf.string))\n"
+        "assert all(v.shape[0] == 0 for v in empty.values()), empty\n"
         "print(json.dumps({k: [x.decode() if isinstance(x, bytes) else x.item() "
         "for x in v.numpy()] for k, v in out.items()}))\n"
     )
     served = served_in_clean_process(path, body, json.dumps(questions))
+    assert not any(served["passage_cut"])
     predictions = read(run_dir, "predictions.json")
     assert served["answer"] == [predictions[q[0]] for q in questions]
     for (_, _, context), answer, start, end, no_answer in zip(

@@ -1,0 +1,97 @@
+"""The driver every fine-tuning binary runs: check the flags, read the data, build the task
+model from the library, fit, save, then evaluate and predict with the saved run."""
+
+import os
+
+from absl import app, flags, logging
+
+from keras_bert import checkpoints
+from keras_bert.task import check_sequence_length
+from tasks import common, runs
+
+FLAGS = flags.FLAGS
+
+
+class TaskBinary:
+    """The outline every fine-tuning binary runs; a binary subclasses it with what is particular
+    to its dataset format and metric.
+
+    With --do_train: read the training data (before anything heavy loads), build the model from
+    --init_checkpoint inside the strategy's scope, fit it with the library's recipe (backups,
+    TensorBoard, the dev callback) and save the run. Then, always, load the saved run and
+    evaluate / predict with it: never with an unsaved or untrained head, and with the settings
+    the run recorded in its model.keras, whatever the flags say now.
+    """
+
+    name = None  # the model's name, and the default --output_dir: runs/<name>
+
+    def check_flags(self):
+        """Refuses bad flag values before anything heavy loads; binaries add their own."""
+        positive = ["train_batch_size", "eval_batch_size", "max_train_examples",
+                    "max_eval_examples", "save_checkpoints_steps"]  # fmt: skip
+        for name in positive:
+            if FLAGS[name].value is not None and FLAGS[name].value < 1:
+                raise app.UsageError(f"--{name} must be at least 1, got {FLAGS[name].value}")
+        if not (FLAGS.num_train_epochs > 0 and FLAGS.learning_rate > 0):
+            raise app.UsageError("--num_train_epochs and --learning_rate must be positive")
+        if not 0 <= FLAGS.warmup_proportion <= 1:
+            raise app.UsageError(f"--warmup_proportion must be between 0 and 1, got "
+                                 f"{FLAGS.warmup_proportion}")  # fmt: skip
+        if FLAGS.output_dir and os.path.isfile(FLAGS.output_dir):
+            raise app.UsageError(f"--output_dir={FLAGS.output_dir} is a file; pass a folder")
+        if FLAGS.do_train:
+            config = checkpoints.read_config(common.checkpoint_path())
+            check_sequence_length(FLAGS.max_seq_length, config, "--max_seq_length")
+
+    def prepare(self):
+        """Reads the evaluation data. Called once the strategy exists: TensorFlow fixes its
+        devices at its first tensor, after which no strategy can split or join them."""
+
+    def read_training(self):
+        """The training data; raise app.UsageError when there is none."""
+        raise NotImplementedError
+
+    def build_model(self, training):
+        """A new task model on --init_checkpoint (called inside the strategy's scope)."""
+        raise NotImplementedError
+
+    def training_dataset(self, model, training):
+        """(a batched dataset of raw strings and targets, its steps per epoch)."""
+        raise NotImplementedError
+
+    def dev_callback(self, output_dir, write):
+        """A callback scoring the dev data after each epoch, or None."""
+        return None
+
+    def finish(self, model, output_dir, write):
+        """Evaluates and predicts with the finished run's model; returns the dev scores."""
+        raise NotImplementedError
+
+    def run(self):
+        self.check_flags()
+        output_dir = FLAGS.output_dir or os.path.join("runs", self.name)
+        strategy = common.create_strategy()
+        write, run_dir = common.is_chief(strategy), common.run_dir_of(strategy, output_dir)
+        self.prepare()
+        if FLAGS.do_train:
+            state = runs.claim(run_dir, runs.settings_of(FLAGS, self.name),
+                               FLAGS.overwrite_output_dir)  # fmt: skip
+            try:
+                if state == "finished":
+                    logging.info("%s holds this run, finished: evaluating it (pass "
+                                 "--overwrite_output_dir to train it again)", run_dir)  # fmt: skip
+                else:
+                    self.train_and_save(strategy, output_dir, run_dir, write)
+            finally:
+                runs.release(run_dir)
+        return self.finish(common.load_run(run_dir), output_dir, write)
+
+    def train_and_save(self, strategy, output_dir, run_dir, write):
+        training = self.read_training()
+        with strategy.scope():
+            model = self.build_model(training)
+        dataset, steps_per_epoch = self.training_dataset(model, training)
+        callback = self.dev_callback(output_dir, write)
+        common.fit(model, strategy, dataset, steps_per_epoch, [callback] if callback else [],
+                   output_dir)  # fmt: skip
+        common.save_run(run_dir, model)

@@ -1,0 +1,171 @@
+"""A run's folder: which run it holds, who may write to it, and backups that survive any kill.
+
+  settings.json               the flags that define the run's result, written when it starts
+  .lock                       locked (flock) by the process writing to the folder
+  backup/latest.weights.h5    weights and optimizer state (whose step counter says where the
+                              run is), replaced atomically
+
+Started again with the same flags, a run resumes from its backup, or reports that it has
+finished; with other flags it is refused, naming them, unless --overwrite_output_dir.
+Every file is written under a temporary name and renamed, so none is ever half-written.
+"""
+
+import fcntl
+import glob
+import json
+import os
+import shutil
+import tempfile
+
+import keras
+from absl import app, logging
+
+SETTINGS = "settings.json"
+FINISHED = "model.keras"
+# What a run writes into its folder, removed by --overwrite_output_dir.
+RUN_FILES = (SETTINGS, FINISHED, "backup", "metrics.json", "logs", "history.json", "google",
+             "huggingface")  # fmt: skip
+# Flags that change where, how or what a run reports, not what it learns.
+NOT_SETTINGS = frozenset({
+    "output_dir", "overwrite_output_dir", "do_train", "do_eval", "do_predict", "eval_batch_size",
+    "max_eval_examples", "dev_file", "test_file", "predict_file", "diagnostic_file",
+    "save_checkpoints_steps", "steps_per_loop", "strategy", "num_cpu_devices", "tpu",
+    "export_dir", "verbose_errors",
+})  # fmt: skip
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+_LOCKS = {}  # run folder -> its locked .lock file, held until release()
+
+
+def write_atomically(path, data):
+    """Writes str or bytes to `path` through a temporary file in the same folder, readable as
+    any other file the user creates (the umask's mode, not the temporary file's 0600)."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.NamedTemporaryFile("wb", dir=folder, delete=False, suffix=".tmp") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.fchmod(f.fileno(), 0o666 & ~_UMASK)
+    os.replace(f.name, path)
+
+
+def write_json(path, value):
+    write_atomically(path, json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def settings_of(flag_values, task):
+    """The flags that define a run's result (every flag of ours but NOT_SETTINGS), as JSON."""
+    values = {"task": task}
+    for module, module_flags in flag_values.flags_by_module_dict().items():
+        if module.startswith("absl"):
+            continue
+        values.update({f.name: f.value for f in module_flags if f.name not in NOT_SETTINGS})
+    return json.loads(json.dumps(values, default=str))
+
+
+def _read_settings(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise app.UsageError(f"{path} is unreadable ({e}); pass --overwrite_output_dir to "
+                             "start the run again") from None  # fmt: skip
+
+
+def claim(run_dir, settings, overwrite=False, finished=FINISHED):
+    """Locks `run_dir` for this process and checks what it holds against `settings`.
+
+    Returns "new", "resume" (the same run, unfinished) or "finished" (the same run, whose
+    `finished` file is written: model.keras by default). A run with other settings is refused unless `overwrite`, which
+    removes it; so is one whose settings were not recorded, and a folder another writer holds
+    (until `release`).
+    """
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise app.UsageError(f"--output_dir={run_dir} is a file; pass a folder")
+    os.makedirs(run_dir, exist_ok=True)
+    lock = open(os.path.join(run_dir, ".lock"), "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise app.UsageError(f"another run is writing to --output_dir={run_dir}; wait for it to "
+                             "end, or pass another --output_dir") from None  # fmt: skip
+    _LOCKS[os.path.realpath(run_dir)] = lock
+    recorded = _read_settings(os.path.join(run_dir, SETTINGS))
+    present = [name for name in RUN_FILES if os.path.exists(os.path.join(run_dir, name))]
+    if overwrite and present:
+        logging.warning("--overwrite_output_dir: removing the run in %s", run_dir)
+        for name in present:
+            path = os.path.join(run_dir, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    elif recorded is None and present:
+        raise app.UsageError(f"--output_dir={run_dir} holds a run whose settings were not "
+                             f"recorded ({', '.join(present)}); pass --overwrite_output_dir to "
+                             "replace it, or another --output_dir")  # fmt: skip
+    elif recorded is not None:
+        differ = [k for k in sorted(recorded.keys() & settings.keys()) if recorded[k] != settings[k]]
+        if differ:
+            shown = "; ".join(f"--{k}={recorded[k]} there, {settings[k]} now" for k in differ)
+            raise app.UsageError(f"--output_dir={run_dir} holds a run with other settings "
+                                 f"({shown}): pass --overwrite_output_dir to replace it, "
+                                 "--nodo_train to use it as it is, or another --output_dir")  # fmt: skip
+        return "finished" if os.path.exists(os.path.join(run_dir, finished)) else "resume"
+    write_json(os.path.join(run_dir, SETTINGS), settings)
+    return "new"
+
+
+def release(run_dir):
+    """Unlocks a folder `claim` locked (a process's exit does too)."""
+    lock = _LOCKS.pop(os.path.realpath(run_dir), None)
+    if lock is not None:
+        lock.close()
+
+
+class RunBackup(keras.callbacks.Callback):
+    """Backs up the model's weights and optimizer state every `save_freq` batches and at the end
+    of each epoch, under a temporary name that is then renamed: a kill at any instant leaves the
+    previous complete backup. (Keras's BackupAndRestore rewrites its file in place; a kill
+    while it wrote left a run that could never start again.) The optimizer's step counter,
+    restored with it, says where the run stopped, to the batch."""
+
+    def __init__(self, backup_dir, save_freq="epoch"):
+        super().__init__()
+        self.backup_dir = backup_dir
+        self.path = os.path.join(backup_dir, "latest.weights.h5")
+        self.save_freq = save_freq
+        self._batches = 0
+
+    def restore(self, model):
+        """Loads the backup into a compiled model; returns its optimizer steps (0 without one)."""
+        for stale in glob.glob(os.path.join(self.backup_dir, "*.tmp-*")):
+            os.remove(stale)  # a kill while a backup was written left it
+        if not os.path.exists(self.path):
+            return 0
+        if not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        try:
+            model.load_weights(self.path)
+        except (OSError, ValueError) as e:
+            raise app.UsageError(f"{self.path} does not fit this run ({e}); pass "
+                                 "--overwrite_output_dir to start it again") from None  # fmt: skip
+        return int(model.optimizer.iterations)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._batches += 1
+        if self.save_freq != "epoch" and self._batches >= self.save_freq:
+            self.save()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._batches:  # each epoch ends backed up
+            self.save()
+
+    def save(self):
+        os.makedirs(self.backup_dir, exist_ok=True)
+        tmp = os.path.join(self.backup_dir, f"latest.tmp-{os.getpid()}.weights.h5")
+        self.model.save_weights(tmp, overwrite=True)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())  # on disk before it replaces the previous backup
+        os.replace(tmp, self.path)
+        self._batches = 0

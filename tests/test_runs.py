@@ -1,0 +1,139 @@
+"""A run's folder: settings that refuse stale results, one writer at a time, files readable by
+all, backups that survive a kill while they are written, and resumption to the batch."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+from absl import app
+from conftest import DATA
+
+from tasks import runs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SETTINGS = {"task": "sst-2", "learning_rate": 5e-05, "max_seq_length": 32}
+
+
+def test_written_files_are_readable_by_all(tmp_path):
+    old = os.umask(0o022)
+    try:
+        runs.write_atomically(str(tmp_path / "a.txt"), "text")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "a.txt").st_mode) == 0o644
+    assert os.listdir(tmp_path) == ["a.txt"]
+
+
+def test_a_folder_holds_one_run_and_says_which(tmp_path):
+    folder = str(tmp_path / "run")
+    assert runs.claim(folder, SETTINGS) == "new"
+    assert json.loads((tmp_path / "run" / "settings.json").read_text()) == SETTINGS
+    with pytest.raises(app.UsageError, match="another run is writing to --output_dir"):
+        runs.claim(folder, SETTINGS)  # a second writer, even in this process
+    runs.release(folder)
+    assert runs.claim(folder, SETTINGS) == "resume"
+    runs.release(folder)
+    (tmp_path / "run" / "model.keras").write_text("finished")
+    assert runs.claim(folder, SETTINGS) == "finished"
+    runs.release(folder)
+    other = {**SETTINGS, "learning_rate": 1e-3}
+    with pytest.raises(app.UsageError, match=r"other settings \(--learning_rate=5e-05 there, "
+                                             r"0.001 now\): pass --overwrite_output_dir"):
+        runs.claim(folder, other)
+    runs.release(folder)
+    assert runs.claim(folder, other, overwrite=True) == "new"
+    assert sorted(os.listdir(folder)) == [".lock", "settings.json"]
+    runs.release(folder)
+
+
+def test_a_run_without_recorded_settings_is_not_reused(tmp_path):
+    (tmp_path / "backup").mkdir()
+    with pytest.raises(app.UsageError, match="settings were not recorded \\(backup\\)"):
+        runs.claim(str(tmp_path), SETTINGS)
+    runs.release(str(tmp_path))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(app.UsageError, match="is a file; pass a folder"):
+        runs.claim(str(tmp_path / "file"), SETTINGS)
+
+
+def glue_command(checkpoint, output_dir, *extra):
+    return ["-m", "tasks.glue", "--task_name=SST-2",
+            f"--data_dir={os.path.join(DATA, 'glue', 'SST-2')}", f"--init_checkpoint={checkpoint}",
+            f"--output_dir={output_dir}", "--max_seq_length=32", "--train_batch_size=16",
+            "--max_eval_examples=16", "--num_train_epochs=3", "--save_checkpoints_steps=1",
+            *extra]  # fmt: skip
+
+
+# Runs a binary with Model.save_weights replaced: its third call writes the start of an HDF5
+# file where it was told to write, then the process kills itself (SIGKILL), mid-backup.
+KILL_DURING_THIRD_BACKUP = """
+import os, runpy, signal, sys
+import keras
+calls = []
+save_weights = keras.Model.save_weights
+def save_then_die(self, filepath, *args, **kwargs):
+    calls.append(filepath)
+    if len(calls) == 3:
+        with open(filepath, "wb") as f:
+            f.write(b"\\x89HDF\\r\\n\\x1a\\n" + bytes(100))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return save_weights(self, filepath, *args, **kwargs)
+keras.Model.save_weights = save_then_die
+sys.argv = [sys.argv[1]] + sys.argv[2:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+def run(args, expect=0):
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600)  # fmt: skip
+    assert result.returncode == expect, result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.slow
+def test_a_kill_while_the_backup_is_written_loses_nothing(tmp_path, tiny_checkpoint):
+    command = glue_command(tiny_checkpoint, tmp_path)
+    killed = run(["-c", KILL_DURING_THIRD_BACKUP, *command[1:]], expect=-9)
+    assert "training steps 1 to 12" in killed.stderr  # 3 epochs of 4 batches, one call
+    backup = tmp_path / "backup"
+    assert len(os.listdir(backup)) == 2  # the complete backup of step 2, the cut-short third
+    # Started again: the complete backup is used, and the run goes on from its batch to the
+    # same end, the rest of epoch 1 first.
+    again = run(command)
+    assert "resuming from the backup at step 2 of 12" in again.stderr
+    assert "training steps 3 to 4" in again.stderr and "training steps 5 to 12" in again.stderr
+    assert os.listdir(backup) == ["latest.weights.h5"]
+    assert [h["epoch"] for h in json.loads((tmp_path / "metrics.json").read_text())] == [1, 2, 3]
+    # The same command once more: finished, nothing trained.
+    same = run(command)
+    assert "holds this run, finished" in same.stderr and "training steps" not in same.stderr
+    # Another learning rate into the same folder: one line, no traceback, nothing touched.
+    before = (tmp_path / "model.keras").stat().st_mtime_ns
+    other = run(command + ["--learning_rate=1e-3"], expect=1)
+    assert other.stderr.strip().splitlines()[-1].startswith(
+        f"error: --output_dir={tmp_path} holds a run with other settings (--learning_rate=5e-05 "
+        "there, 0.001 now)")  # fmt: skip
+    assert "Traceback" not in other.stderr
+    assert (tmp_path / "model.keras").stat().st_mtime_ns == before
+    replaced = run(command + ["--learning_rate=1e-3", "--overwrite_output_dir"])
+    assert "training steps 1 to 12" in replaced.stderr
+    assert json.loads((tmp_path / "settings.json").read_text())["learning_rate"] == 1e-3
+    assert stat.S_IMODE(os.stat(tmp_path / "metrics.json").st_mode) == 0o644
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag, message", [
+    ("--max_seq_length=600", "error: --max_seq_length=600 must be between 3 and the checkpoint's "
+                             "max_position_embeddings=128"),
+    ("--train_batch_size=0", "error: --train_batch_size must be at least 1, got 0"),
+    ("--data_dir=/nowhere", "error: SST-2 data file not found: /nowhere/train.tsv"),
+])  # fmt: skip
+def test_user_mistakes_get_one_line(tmp_path, tiny_checkpoint, flag, message):
+    result = run(glue_command(tiny_checkpoint, tmp_path, flag), expect=1)
+    assert result.stderr.strip().splitlines()[-1] == message
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "settings.json").exists()  # refused before the run started
