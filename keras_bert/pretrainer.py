@@ -180,17 +180,3 @@ class BertPretrainer(BertTask):
     def export(self, filepath, version=None, **kwargs):
         raise ValueError("a pretrainer has nothing to serve: write it with save_checkpoint and "
                          "fine-tune a task model from that checkpoint")  # fmt: skip
-
-    def get_config(self):
-        config = super().get_config()
-        if self.preprocessor is None:
-            config["preprocessor"] = None
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
-        if config.get("preprocessor") is not None:
-            config["preprocessor"] = keras.saving.deserialize_keras_object(config["preprocessor"])
-        return cls(**config)

@@ -182,7 +182,6 @@ def fit(model, strategy, train_dataset, steps_per_epoch, callbacks, output_dir):
     own loss and metrics) and fits on a dataset of raw strings for --num_train_epochs (the last
     epoch cut short when fractional), resuming from output_dir's backup."""
     total_steps = max(1, int(steps_per_epoch * FLAGS.num_train_epochs))
-    check_warmup(int(total_steps * FLAGS.warmup_proportion), total_steps, "--warmup_proportion")
     with strategy.scope():
         model.compile(learning_rate=FLAGS.learning_rate, total_steps=total_steps,
                       warmup_proportion=FLAGS.warmup_proportion,
