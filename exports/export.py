@@ -17,6 +17,7 @@ import keras
 from absl import app, flags, logging
 
 import keras_bert  # noqa: F401  (registers the task models before loading one)
+from keras_bert import textfiles
 from exports import hub_layout
 from tasks import run_main
 
@@ -34,6 +35,7 @@ flags.DEFINE_integer("serving_max_windows", None, "SQuAD runs: windows a served 
 
 def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, max_windows=None):
     """Exports the model.keras of a finished run; everything it needs is inside that file."""
+    textfiles.check_folder(run_dir, "--run_dir")
     path = os.path.join(run_dir, "model.keras")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{run_dir} is not a finished run: it has no model.keras")

@@ -28,6 +28,7 @@ class _Recipe:
     weight_decay: float
     clipnorm: float
     compile_kwargs: dict
+    layer_decay: float | None = None
 
 
 def check_sequence_length(sequence_length, config, what="sequence_length"):
@@ -110,17 +111,19 @@ class BertTask(keras.Model):
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", *, learning_rate=5e-5,
                 warmup_proportion=0.1, weight_decay=0.01, clipnorm=1.0, total_steps=None,
-                **kwargs):  # fmt: skip
+                layer_decay=None, **kwargs):  # fmt: skip
         """Keras `compile` with the fine-tuning recipe as defaults: `optimizer="auto"` is AdamW
         (weight decay not on LayerNorm and bias weights) with linear warmup over
         `warmup_proportion` of the steps then linear decay to 0 at `total_steps`, and
-        global-norm clipping; when `total_steps` is None, `fit` counts them."""
+        global-norm clipping; when `total_steps` is None, `fit` counts them. `layer_decay` < 1
+        scales the rate of transformer block i by `layer_decay ** (num_layers - i)` and the
+        embeddings' by `layer_decay ** (num_layers + 1)` (optimization.LayerwiseAdamW)."""
         loss = self.default_loss() if loss == "auto" else loss
         metrics = self.default_metrics() if metrics == "auto" else metrics
         self._recipe = None
         if optimizer == "auto":
             recipe = _Recipe(learning_rate, warmup_proportion, weight_decay, clipnorm,
-                             dict(loss=loss, metrics=metrics, **kwargs))  # fmt: skip
+                             dict(loss=loss, metrics=metrics, **kwargs), layer_decay)  # fmt: skip
             if total_steps:
                 optimizer = self._recipe_optimizer(recipe, total_steps)
             else:
@@ -132,7 +135,8 @@ class BertTask(keras.Model):
     def _recipe_optimizer(recipe, total_steps):
         return optimization.create_optimizer(
             recipe.learning_rate, total_steps, int(total_steps * recipe.warmup_proportion),
-            weight_decay=recipe.weight_decay, clipnorm=recipe.clipnorm)  # fmt: skip
+            weight_decay=recipe.weight_decay, clipnorm=recipe.clipnorm,
+            layer_decay=recipe.layer_decay)  # fmt: skip
 
     def default_loss(self):
         raise NotImplementedError

@@ -20,21 +20,57 @@ MAX_BYTES_PER_WORD = 100
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 
 
-def _clean_characters(characters, do_lower_case):
-    """BERT's text clean-up, one character at a time (a flat tf.string of single characters).
+def _clean_characters(characters, do_lower_case, row_ids):
+    """BERT's text clean-up, one character at a time (a flat tf.string of single characters;
+    `row_ids` says which text each belongs to).
 
     Whitespace becomes a space; control, format and private-use characters and U+FFFD are
-    removed; with `do_lower_case`, characters are lower-cased, NFD-decomposed and stripped of
+    removed; with `do_lower_case`, characters are lower-cased (a capital sigma at the end of a
+    word becomes the final form, as Python's str.lower() does), NFD-decomposed and stripped of
     accents (category Mn). Each character maps to zero or more characters, so offsets into the
     cleaned text can be mapped back to the original.
     """
     characters = tf.strings.regex_replace(characters, r"[\t\n\r\p{Zs}]", " ")
     characters = tf.strings.regex_replace(characters, r"[\x{FFFD}\p{Cc}\p{Cf}\p{Co}]", "")
     if do_lower_case:
-        characters = tf.strings.lower(characters, encoding="utf-8")
-        characters = tf_text.normalize_utf8(characters, "NFD")
+        lowered = tf.strings.lower(characters, encoding="utf-8")
+        sigma = tf.equal(characters, "\u03a3")
+        lowered = tf.cond(tf.reduce_any(sigma),
+                          lambda: tf.where(_final_sigmas(characters, sigma, row_ids), "\u03c2",
+                                           lowered),
+                          lambda: lowered)  # fmt: skip
+        characters = tf_text.normalize_utf8(lowered, "NFD")
         characters = tf.strings.regex_replace(characters, r"\p{Mn}", "")
     return characters
+
+
+# Unicode's Case_Ignorable characters (Mn, Me, Cf, Lm, Sk and the word-internal punctuation of
+# Word_Break MidLetter / MidNumLet / Single_Quote); a removed character (now "") counts as one.
+_CASE_IGNORABLE = (r"|[\p{Mn}\p{Me}\p{Cf}\p{Lm}\p{Sk}'.:\x{00AD}\x{00B7}\x{0387}\x{055F}"
+                   r"\x{05F4}\x{2018}\x{2019}\x{2024}\x{2027}\x{FE13}\x{FE52}\x{FE55}\x{FF07}"
+                   r"\x{FF0E}\x{FF1A}]")  # fmt: skip
+
+
+def _final_sigmas(characters, sigma, row_ids):
+    """Where a capital sigma takes the final form when lower-cased (Unicode's Final_Sigma rule,
+    which str.lower() follows): after a cased letter and not before one, case-ignorable
+    characters skipped on both sides, within one text."""
+    # Cased: letters with case, and the few others Unicode marks so (ª, º, circled letters).
+    cased = tf.strings.regex_full_match(characters, r"[\p{Lu}\p{Ll}\p{Lt}\x{00AA}\x{00BA}"
+                                                    r"\x{24B6}-\x{24E9}\x{1F130}-\x{1F189}]")
+    positions = tf.cast(tf.where(~tf.strings.regex_full_match(characters, _CASE_IGNORABLE))[:, 0],
+                        tf.int32)  # fmt: skip
+    here = tf.range(tf.size(characters))
+    count = tf.size(positions)
+    before = tf.searchsorted(positions[None], here[None], side="left")[0] - 1
+    after = tf.searchsorted(positions[None], here[None], side="right")[0]
+
+    def cased_at(index, valid):
+        neighbour = tf.gather(positions, tf.clip_by_value(index, 0, tf.maximum(count - 1, 0)))
+        same_text = tf.equal(tf.gather(row_ids, neighbour), row_ids)
+        return valid & same_text & tf.gather(cased, neighbour)
+
+    return sigma & cased_at(before, before >= 0) & ~cased_at(after, after < count)
 
 
 def _to_character_offsets(byte_offsets, byte_ends, side):
@@ -149,9 +185,8 @@ class BertTokenizer(keras.layers.Layer):
             inputs, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
         )
         characters = tf.strings.unicode_split(text, "UTF-8")  # (batch, (characters))
-        cleaned = characters.with_flat_values(
-            _clean_characters(characters.flat_values, self.do_lower_case)
-        )
+        cleaned = characters.with_flat_values(_clean_characters(
+            characters.flat_values, self.do_lower_case, characters.value_rowids()))
         byte_ends = tf.math.cumsum(
             tf.strings.length(cleaned, unit="BYTE"), axis=-1
         )  # ragged cumsum works row by row

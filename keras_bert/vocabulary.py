@@ -1,27 +1,23 @@
 """Reading and checking a BERT vocabulary (vocab.txt), and finding a checkpoint's.
 
-A leaf module: it imports nothing of keras_bert, so the tokenizer and the checkpoint readers
-both build on it.
+It imports only keras_bert.textfiles (a leaf), so the tokenizer and the checkpoint readers both
+build on it.
 """
 
 import json
 import logging
 import os
 
+from keras_bert.textfiles import read_text
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 def read_vocabulary(path):
-    """Reads a `vocab.txt` (one token per line, id = line number) into a list of tokens."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"vocabulary file not found: {path}")
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not valid UTF-8 (byte {e.start}); vocab.txt must be UTF-8")
-    return text.rstrip("\n").split("\n")
+    """Reads a `vocab.txt` (one token per line, id = line number) into a list of tokens. Lines
+    may end in "\\n" or "\\r\\n" (a vocabulary saved on Windows)."""
+    text = read_text(path, "vocabulary (vocab.txt)")
+    return [line.removesuffix("\r") for line in text.rstrip("\r\n").split("\n")]
 
 
 def check_vocabulary(vocabulary, source="vocabulary"):
@@ -47,11 +43,12 @@ def checkpoint_folder(path):
 
 
 def read_json(path):
+    """A JSON file's value; a file that is not JSON is refused with the line of the fault."""
+    text = read_text(path, "JSON file")
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"could not read {path}: {e}") from e
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
 
 
 def find_vocabulary(path, do_lower_case=None):

@@ -2,8 +2,9 @@
 run's files (the driver that runs them in order is tasks/driver.py).
 
 A run's output_dir holds:
-  backup/        training state; a killed run restarts from it (keras BackupAndRestore)
-  logs/          TensorBoard: train/ and validation/ from Keras, dev/ with the task's metrics
+  backup/        training state; a killed run restarts from it (runs.RunBackup)
+  logs/          TensorBoard: train/ from Keras (every --log_every_steps), speed/ (steps/s,
+                 examples/s, tokens/s), dev/ with the task's metrics
   metrics.json   the task's dev metrics after each epoch
   model.keras    the fine-tuned task model: vocabulary, labels and settings inside (for export)
   predictions    task-specific files
@@ -20,7 +21,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import distribute
-from tasks import default_checkpoint, runs
+from tasks import default_checkpoint, progress, runs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -49,6 +50,10 @@ flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate of AdamW.")
 flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training set (may be fractional).")
 flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of steps with linear warmup.")
 flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay (not applied to LayerNorm/bias).")
+flags.DEFINE_float("layer_decay", None, "Layer-wise learning-rate decay: transformer block i "
+                   "(from 0 at the bottom) trains at learning_rate * layer_decay ** (layers - i), "
+                   "the embeddings at layer_decay ** (layers + 1) times it, the pooler and head "
+                   "at learning_rate. Default: off (every variable at learning_rate).")
 flags.DEFINE_float("clip_norm", 1.0, "Clip gradients to this global norm.")
 flags.DEFINE_enum(
     "strategy",
@@ -73,6 +78,10 @@ flags.DEFINE_bool("bucket_by_length", False, "Batch examples of similar length t
 flags.DEFINE_integer("max_train_examples", None, "Use only the first N training examples.")
 flags.DEFINE_integer("max_eval_examples", None, "Use only the first N dev examples.")
 flags.DEFINE_integer("seed", 42, "Random seed for shuffling, dropout and initialisation.")
+flags.DEFINE_integer("log_every_steps", 50, "Every N training steps: write loss and speed to "
+                     "TensorBoard and, when the output is not a terminal, log a line with the "
+                     "loss, examples/s and tokens/s (on a terminal Keras's progress bar runs "
+                     "and the speed is logged once per epoch).")
 flags.DEFINE_integer("save_checkpoints_steps", None, "Back up training state every N steps, "
                      "as well as after each epoch.")  # fmt: skip
 
@@ -185,7 +194,8 @@ def fit(model, strategy, train_dataset, steps_per_epoch, callbacks, output_dir):
     with strategy.scope():
         model.compile(learning_rate=FLAGS.learning_rate, total_steps=total_steps,
                       warmup_proportion=FLAGS.warmup_proportion,
-                      weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm)  # fmt: skip
+                      weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm,
+                      layer_decay=FLAGS.layer_decay)  # fmt: skip
     return fit_resumably(model, strategy, train_dataset.repeat(), min(steps_per_epoch, total_steps),
                          total_steps, callbacks, output_dir, FLAGS.save_checkpoints_steps)  # fmt: skip
 
@@ -212,6 +222,13 @@ def fit_resumably(model, strategy, dataset, batches_per_epoch, total_batches, ca
     if done:
         logging.info("resuming from the backup at step %d of %d", done, total_batches)
     callbacks = run_callbacks(strategy, output_dir, callbacks, backup)
+    chief, terminal = is_chief(strategy), progress.on_a_terminal()
+    if chief:
+        log = progress.TrainingLog(progress.step_sizes(model, dataset), FLAGS.log_every_steps,
+                                   total_batches, periodic=not terminal,
+                                   log_dir=progress.speed_log_dir(output_dir))  # fmt: skip
+        log.step = done
+        callbacks = [log, *callbacks]
     history = {}
     epoch = done // batches_per_epoch
     while done < total_batches:
@@ -224,7 +241,7 @@ def fit_resumably(model, strategy, dataset, batches_per_epoch, total_batches, ca
         logging.info("training steps %d to %d", done + 1, done + steps * epochs)
         result = model.fit(dataset.skip(done), epochs=epoch + epochs, initial_epoch=epoch,
                            steps_per_epoch=steps, callbacks=callbacks, shuffle=False,
-                           verbose=1 if is_chief(strategy) else 0)  # fmt: skip
+                           verbose=1 if chief and terminal else 0)  # fmt: skip
         for key, values in result.history.items():
             history.setdefault(key, []).extend(values)
         done += steps * epochs
@@ -241,7 +258,9 @@ def run_callbacks(strategy, output_dir, callbacks, backup):
     from. The backup comes last, so that an epoch's metrics are written before the state that
     skips that epoch; each worker keeps its own, so that they do not overwrite each other's."""
     if is_chief(strategy):
-        callbacks = [keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")), *callbacks]
+        board = keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"),
+                                            update_freq=FLAGS.log_every_steps)  # fmt: skip
+        callbacks = [board, *callbacks]
     return [*callbacks, backup]
 
 

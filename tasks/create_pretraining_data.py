@@ -152,12 +152,26 @@ def create(files, vocab_file, do_lower_case, pool=None):
     return [instances[i] for i in order]
 
 
+def check_flags():
+    """Refuses settings that could make no instance, before any text is read."""
+    if FLAGS.max_seq_length < 5:
+        raise app.UsageError(f"--max_seq_length={FLAGS.max_seq_length}: an instance needs at "
+                             "least 5 tokens ([CLS], [SEP] twice and a token of each segment)")
+    for name in ("max_predictions_per_seq", "dupe_factor", "num_output_shards", "num_workers"):
+        if FLAGS[name].value < 1:
+            raise app.UsageError(f"--{name} must be at least 1, got {FLAGS[name].value}")
+    for name in ("masked_lm_prob", "short_seq_prob"):
+        if not 0 <= FLAGS[name].value <= 1:
+            raise app.UsageError(f"--{name} must be between 0 and 1, got {FLAGS[name].value}")
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     for name in ("input_file", "output_file", "vocab_file"):
         if not getattr(FLAGS, name):
             raise app.UsageError(f"--{name} is required")
+    check_flags()
     files = pretraining_text.input_files(FLAGS.input_file)
     _tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)  # a bad vocabulary fails here, once
     if FLAGS.num_workers > 1:

@@ -28,7 +28,7 @@ class TaskBinary:
     def check_flags(self):
         """Refuses bad flag values before anything heavy loads; binaries add their own."""
         positive = ["train_batch_size", "eval_batch_size", "max_train_examples",
-                    "max_eval_examples", "save_checkpoints_steps"]  # fmt: skip
+                    "max_eval_examples", "save_checkpoints_steps", "log_every_steps"]  # fmt: skip
         for name in positive:
             if FLAGS[name].value is not None and FLAGS[name].value < 1:
                 raise app.UsageError(f"--{name} must be at least 1, got {FLAGS[name].value}")
@@ -37,6 +37,8 @@ class TaskBinary:
         if not 0 <= FLAGS.warmup_proportion <= 1:
             raise app.UsageError(f"--warmup_proportion must be between 0 and 1, got "
                                  f"{FLAGS.warmup_proportion}")  # fmt: skip
+        if FLAGS.layer_decay is not None and not 0 < FLAGS.layer_decay <= 1:
+            raise app.UsageError(f"--layer_decay must be in (0, 1], got {FLAGS.layer_decay}")
         if FLAGS.output_dir and os.path.isfile(FLAGS.output_dir):
             raise app.UsageError(f"--output_dir={FLAGS.output_dir} is a file; pass a folder")
         if FLAGS.do_train:
@@ -84,6 +86,7 @@ class TaskBinary:
                     self.train_and_save(strategy, output_dir, run_dir, write)
             finally:
                 runs.release(run_dir)
+        logging.info("loading the saved run in %s to evaluate and predict with it", run_dir)
         return self.finish(common.load_run(run_dir), output_dir, write)
 
     def train_and_save(self, strategy, output_dir, run_dir, write):
@@ -94,4 +97,5 @@ class TaskBinary:
         callback = self.dev_callback(output_dir, write)
         common.fit(model, strategy, dataset, steps_per_epoch, [callback] if callback else [],
                    output_dir)  # fmt: skip
+        logging.info("saving the fine-tuned model to %s", os.path.join(run_dir, "model.keras"))
         common.save_run(run_dir, model)

@@ -10,6 +10,7 @@ With --do_predict, writes the test predictions in the GLUE submission format (<T
 
 import csv
 import dataclasses
+import io
 import math
 import os
 import sys
@@ -17,7 +18,7 @@ import sys
 import numpy as np
 from absl import app, flags, logging
 
-from keras_bert import BertClassifier
+from keras_bert import BertClassifier, textfiles
 from tasks import common, driver, run_main, runs
 
 FLAGS = flags.FLAGS
@@ -126,14 +127,9 @@ def get_task(name):
 
 def read_tsv(path, task, labelled):
     """Reads a GLUE TSV into a Split, checking every row; errors name the file and line."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{task.name} data file not found: {path}")
+    text = textfiles.read_text(path, f"{task.name} TSV file")
     csv.field_size_limit(sys.maxsize)
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        try:
-            rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path} is not valid UTF-8 (byte {e.start})") from None
+    rows = list(csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE))
     if task.headerless_columns and labelled:
         header, first_line = list(task.headerless_columns), 1
     else:
@@ -179,7 +175,11 @@ def parse_label(value, task, where):
 
 def read_tfds(task, split):
     """Reads glue/<task> from tensorflow-datasets (prepared beforehand; nothing is downloaded)."""
-    import tensorflow_datasets as tfds
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise app.UsageError("--tfds needs tensorflow-datasets: pip install -e '.[tfds]', or "
+                             "pass --data_dir") from None  # fmt: skip
 
     dataset, info = tfds.load(f"glue/{task.tfds_name}", split=split, with_info=True,
                               data_dir=FLAGS.tfds_data_dir, download=False)  # fmt: skip
@@ -210,6 +210,7 @@ def load_splits(task):
                 {sub: read_tfds(task, split) for sub, split in zip(task.submission_names, test_names)})  # fmt: skip
     if not FLAGS.data_dir:
         raise app.UsageError("pass --data_dir (a GLUE task folder) or --tfds")
+    textfiles.check_folder(FLAGS.data_dir, "--data_dir")
     path = lambda name: os.path.join(FLAGS.data_dir, name)
     train = read_tsv(path("train.tsv"), task, True) if FLAGS.do_train else None
     dev = {n: read_tsv(path(f), task, True) for n, f in task.dev_files} if FLAGS.do_eval else {}

@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert import BertTokenClassifier
+from keras_bert import BertTokenClassifier, textfiles
 from tasks import common, driver, run_main, runs
 
 FLAGS = flags.FLAGS
@@ -40,8 +40,7 @@ flags.adopt_module_key_flags(common)
 def read_conll(path):
     """Returns a Split: texts `sentence` (words joined by spaces), labels the IOB2 tags of each
     sentence's words (a list of lists of str), ids "<line of the first word>"."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"CoNLL file not found: {path}")
+    text = textfiles.read_text(path, "CoNLL file")
     sentences, tags, ids = [], [], []
     words, word_tags, columns, first_line = [], [], None, None
 
@@ -53,26 +52,25 @@ def read_conll(path):
         words.clear()
         word_tags.clear()
 
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                fields = raw.decode("utf-8").split()
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{path}:{number}: not valid UTF-8 (byte {e.start})") from None
-            if not fields or fields[0] == "-DOCSTART-":
-                end_sentence()
-                continue
-            columns = columns or len(fields)
-            if len(fields) != columns or columns < 2:
-                raise ValueError(f"{path}:{number}: {len(fields)} columns where the file's "
-                                 f"first word line has {columns} (need word ... tag)")  # fmt: skip
-            tag = fields[-1]
-            if tag != "O" and (tag[:2] not in ("B-", "I-") or len(tag) < 3):
-                raise ValueError(f"{path}:{number}: tag {tag!r} is neither IOB1 nor IOB2 "
-                                 "(O, B-<type> or I-<type>)")  # fmt: skip
-            first_line = first_line if words else number
-            words.append(fields[0])
-            word_tags.append(tag)
+    for number, line in enumerate(text.split("\n"), start=1):
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            end_sentence()
+            continue
+        if len(fields) < 2:
+            raise ValueError(f"{path}:{number}: 1 column; a CoNLL line is a word, optional "
+                             "columns (part of speech, chunk) and its tag, space-separated")
+        columns = columns or len(fields)
+        if len(fields) != columns:
+            raise ValueError(f"{path}:{number}: {len(fields)} columns where the file's "
+                             f"first word line has {columns} (need word ... tag)")  # fmt: skip
+        tag = fields[-1]
+        if tag != "O" and (tag[:2] not in ("B-", "I-") or len(tag) < 3):
+            raise ValueError(f"{path}:{number}: tag {tag!r} is neither IOB1 nor IOB2 "
+                             "(O, B-<type> or I-<type>)")  # fmt: skip
+        first_line = first_line if words else number
+        words.append(fields[0])
+        word_tags.append(tag)
     end_sentence()
     if not sentences:
         raise ValueError(f"{path} has no sentences")

@@ -108,7 +108,7 @@ def record_dataset(files, seq_length, predictions):
 
 def streaming_dataset(tokenizer):
     documents = []
-    for path in pretraining_text.input_files(FLAGS.text_file):
+    for path in pretraining_text.input_files(FLAGS.text_file, "--text_file"):
         text = pretraining_text.read_documents(path, FLAGS.text_format, FLAGS.text_encoding)
         documents.extend(pretraining_text.tokenize_documents(text, tokenizer))
     if not documents:

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from keras_bert import pretraining
+from keras_bert import pretraining, textfiles
 
 # A sentence ends at . ! or ? (and closing quotes/brackets) followed by white space and an
 # upper-case letter, a digit or an opening quote; common abbreviations do not end one.
@@ -37,13 +37,8 @@ def read_documents(path, input_format="lines", encoding="utf-8", errors="strict"
     BERT format); "text": prose, each blank-line-separated paragraph a document, split into
     sentences here. Windows and old Mac line endings count as line ends.
     """
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode(encoding, errors=errors)
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: byte {e.start} is not valid {encoding}; pass "
-                         "--input_encoding or --encoding_errors=replace") from None  # fmt: skip
+    text = textfiles.read_text(path, "text file", encoding, errors, hint="pass its encoding "
+                               "(--input_encoding / --text_encoding) or --encoding_errors=replace")
     blocks = re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n"))
     if input_format == "lines":
         documents = [
@@ -54,12 +49,15 @@ def read_documents(path, input_format="lines", encoding="utf-8", errors="strict"
     return [d for d in documents if d]
 
 
-def input_files(spec):
+def input_files(spec, flag="--input_file"):
+    """The files a comma-separated list of paths or globs names, in order."""
     files = []
     for pattern in spec.split(","):
         matches = sorted(glob.glob(pattern.strip()))
         if not matches:
-            raise FileNotFoundError(f"no input file matches {pattern.strip()!r}")
+            raise FileNotFoundError(f"{flag}={spec} matches no file ({pattern.strip()!r})")
+        for match in matches:
+            textfiles.check_file(match, f"file of {flag}")
         files.extend(matches)
     return files
 

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 
 import keras
 from absl import app, logging
@@ -30,7 +31,7 @@ NOT_SETTINGS = frozenset({
     "output_dir", "overwrite_output_dir", "do_train", "do_eval", "do_predict", "eval_batch_size",
     "max_eval_examples", "dev_file", "test_file", "predict_file", "diagnostic_file",
     "save_checkpoints_steps", "steps_per_loop", "strategy", "num_cpu_devices", "tpu",
-    "export_dir", "verbose_errors",
+    "export_dir", "verbose_errors", "log_every_steps",
 })  # fmt: skip
 
 _UMASK = os.umask(0)
@@ -162,6 +163,7 @@ class RunBackup(keras.callbacks.Callback):
             self.save()
 
     def save(self):
+        start = time.perf_counter()
         os.makedirs(self.backup_dir, exist_ok=True)
         tmp = os.path.join(self.backup_dir, f"latest.tmp-{os.getpid()}.weights.h5")
         self.model.save_weights(tmp, overwrite=True)
@@ -169,3 +171,6 @@ class RunBackup(keras.callbacks.Callback):
             os.fsync(f.fileno())  # on disk before it replaces the previous backup
         os.replace(tmp, self.path)
         self._batches = 0
+        seconds = time.perf_counter() - start
+        if seconds > 2:  # a large model's optimizer state on a slow disk: say what the wait was
+            logging.info("backed up the training state to %s in %.1f s", self.path, seconds)

@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert import BertQuestionAnswerer
+from keras_bert import BertQuestionAnswerer, textfiles
 from tasks import common, driver, run_main, runs, squad_metrics
 
 FLAGS = flags.FLAGS
@@ -46,29 +46,61 @@ flags.adopt_module_key_flags(common)
 
 
 def read_squad(path):
-    """Returns the `data` list of a SQuAD JSON file (articles, paragraphs, questions)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"SQuAD file not found: {path}")
-    with open(path, "rb") as f:
-        raw = f.read()
+    """Returns the `data` list of a SQuAD JSON file (articles, paragraphs, questions), each part
+    checked: a fault names the file, the article and the question id."""
+    text = textfiles.read_text(path, "SQuAD JSON file")
+    if not text.strip():
+        raise ValueError(f"{path} is empty; a SQuAD file is a JSON object with a 'data' list")
     try:
-        data = json.loads(raw.decode("utf-8"))["data"]
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not valid UTF-8 (byte {e.start})") from None
+        data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
-    except (KeyError, TypeError):
-        raise ValueError(f"{path} is not SQuAD JSON: it has no top-level 'data' list") from None
-    for article in data:
-        for paragraph in article.get("paragraphs", ()):
-            if not isinstance(paragraph.get("context"), str) or "qas" not in paragraph:
-                raise ValueError(f"{path}: a paragraph of {article.get('title')!r} lacks "
-                                 "'context' or 'qas'")  # fmt: skip
+        raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+    if not isinstance(data, dict) or "data" not in data:
+        raise ValueError(f"{path} is not SQuAD JSON: it has no top-level 'data' list")
+    data = data["data"]
+    _expect(data, list, f"{path}: 'data'", "a list of articles")
+    for number, article in enumerate(data, start=1):
+        where = f"{path}: article {number}"
+        _expect(article, dict, where, "a JSON object")
+        where += f" ({article.get('title')!r})"
+        _expect(article.get("paragraphs"), list, f"{where}: 'paragraphs'", "a list")
+        for paragraph in article["paragraphs"]:
+            _expect(paragraph, dict, f"{where}: a paragraph", "a JSON object")
+            _expect(paragraph.get("context"), str, f"{where}: a paragraph's 'context'", "a string")
+            _expect(paragraph.get("qas"), list, f"{where}: a paragraph's 'qas'", "a list")
             for question in paragraph["qas"]:
-                if "id" not in question or "question" not in question:
-                    raise ValueError(f"{path}: a question in {article.get('title')!r} lacks "
-                                     "'id' or 'question'")  # fmt: skip
+                _check_question(question, where)
     return data
+
+
+def _check_question(question, where):
+    _expect(question, dict, f"{where}: a question", "a JSON object")
+    if not isinstance(question.get("id"), (str, int)):
+        raise ValueError(f"{where}: a question has no 'id'")
+    question["id"] = str(question["id"])
+    where = f"{where}: question {question['id']}"
+    _expect(question.get("question"), str, f"{where}: 'question'", "a string")
+    answers = question.get("answers", [])
+    _expect(answers, list, f"{where}: 'answers'", "a list")
+    for answer in answers:
+        _expect(answer, dict, f"{where}: an answer", "a JSON object with 'text' and 'answer_start'")
+        _expect(answer.get("text"), str, f"{where}: an answer's 'text'", "a string")
+        start = answer.get("answer_start")
+        if isinstance(start, bool) or not isinstance(start, int):
+            raise ValueError(f"{where}: answer_start {start!r} is not a whole number (the "
+                             "character offset of the answer in its context)")  # fmt: skip
+
+
+def _expect(value, kind, where, wanted):
+    if not isinstance(value, kind):
+        raise ValueError(f"{where} is {_describe(value)}, not {wanted}")
+
+
+def _describe(value):
+    if value is None:
+        return "missing"
+    names = {dict: "a JSON object", list: "a list", str: "a string", bool: "true/false"}
+    return names.get(type(value), "a number" if isinstance(value, (int, float)) else "invalid")
 
 
 def questions_of(data, path, training=False, version_2=False):
@@ -213,6 +245,12 @@ class SquadBinary(driver.TaskBinary):
             raise app.UsageError(f"--max_query_length={FLAGS.max_query_length} leaves no room "
                                  f"for the passage in --max_seq_length={FLAGS.max_seq_length}: "
                                  "it must be at least 1 and at most --max_seq_length - 4")  # fmt: skip
+        room = FLAGS.max_seq_length - FLAGS.max_query_length - 3
+        if FLAGS.doc_stride > room:
+            raise app.UsageError(f"--doc_stride={FLAGS.doc_stride} is longer than a window's "
+                                 f"passage part ({room} tokens: --max_seq_length - "
+                                 "--max_query_length - 3), so windows would skip passage text: "
+                                 f"pass at most {room}")  # fmt: skip
 
     def prepare(self):
         self.dev = self.dev_data = None

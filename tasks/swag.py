@@ -9,13 +9,14 @@ soft-maxed against each other.
 """
 
 import csv
+import io
 import json
 import os
 
 import numpy as np
 from absl import app, flags, logging
 
-from keras_bert import BertMultipleChoice
+from keras_bert import BertMultipleChoice, textfiles
 from tasks import common, driver, run_main, runs
 
 FLAGS = flags.FLAGS
@@ -31,24 +32,29 @@ COLUMNS = ("sent1", "sent2", "ending0", "ending1", "ending2", "ending3")
 
 def read_swag(path, labelled=True):
     """Returns a Split with texts `context` (n,) and `endings` (n, 4), labels (n,) or None."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"SWAG file not found: {path}")
-    with open(path, encoding="utf-8", newline="") as f:
-        if path.endswith((".jsonl", ".json")):
-            rows = []
-            for line, text in enumerate(f, start=1):
-                if text.strip():
-                    try:
-                        rows.append((line, json.loads(text)))
-                    except json.JSONDecodeError as e:
-                        raise ValueError(f"{path}:{line}: not valid JSON: {e}") from None
-        else:
-            rows = list(enumerate(csv.DictReader(f), start=2))
+    text = textfiles.read_text(path, "SWAG file")
+    if path.endswith((".jsonl", ".json")):
+        rows = []
+        for line, row in enumerate(text.split("\n"), start=1):
+            if row.strip():
+                try:
+                    rows.append((line, json.loads(row)))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{line}: not valid JSON ({e.msg})") from None
+                if not isinstance(rows[-1][1], dict):
+                    raise ValueError(f"{path}:{line}: not a JSON object (one example per line, "
+                                     f"with {', '.join(COLUMNS)} and label)")  # fmt: skip
+    else:
+        rows = list(enumerate(csv.DictReader(io.StringIO(text, newline="")), start=2))
     contexts, endings, labels, ids = [], [], [], []
     for line, row in rows:
         missing = [c for c in COLUMNS + (("label",) if labelled else ()) if row.get(c) is None]
         if missing:
             raise ValueError(f"{path}:{line}: missing {', '.join(missing)}")
+        for column in COLUMNS:
+            if not isinstance(row[column], str):
+                kind = "a number" if isinstance(row[column], (int, float)) else "not a string"
+                raise ValueError(f"{path}:{line}: {column} is {kind}, not text")
         contexts.append(row["sent1"])
         endings.append([f"{row['sent2']} {row[f'ending{i}']}" for i in range(NUM_CHOICES)])
         ids.append(str(row.get("fold-ind", line)))

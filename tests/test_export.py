@@ -139,3 +139,7 @@ def test_swag_export_takes_context_and_endings(tmp_path, tiny_checkpoint, flags_
     # The export packs the choices as the saved model does in predict (one implementation).
     logits = common.load_run(str(tmp_path / "run")).predict((context, endings), verbose=0)
     np.testing.assert_allclose(served["probabilities"], tf.nn.softmax(logits), atol=1e-5)
+    # An empty batch gets empty answers, not an error.
+    empty = tf.saved_model.load(path).signatures["serving_default"](
+        context=tf.constant([], tf.string), endings=tf.zeros([0, 4], tf.string))
+    assert empty["probabilities"].shape == (0, 4) and empty["label_id"].shape == (0,)

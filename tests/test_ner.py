@@ -53,7 +53,7 @@ def test_bad_conll_files_are_refused_with_file_and_line(tmp_path):
         with pytest.raises(ValueError, match=message):
             ner.read_conll(str(tmp_path / name))
     (tmp_path / "latin1.txt").write_bytes("EU O\nCafé O\n".encode("latin-1"))
-    with pytest.raises(ValueError, match=r"latin1.txt:2: not valid UTF-8"):
+    with pytest.raises(ValueError, match=r"latin1.txt:2: byte 4 of the line \(0xe9\) is not valid utf-8"):
         ner.read_conll(str(tmp_path / "latin1.txt"))
 
 
@@ -165,6 +165,9 @@ def test_ner_export_serves_the_python_entities(ner_run, tmp_path):
         " if v.dtype == tf.string}))\n"
     )
     served = served_in_clean_process(path, body, json.dumps(texts))
+    empty = served_in_clean_process(path, "out = f(sentence=tf.constant([], tf.string))\n"
+                                    "print(json.dumps({k: v.shape.as_list() for k, v in out.items()}))\n")
+    assert empty and all(shape[0] == 0 for shape in empty.values())  # an empty batch: no answers
     found = 0
     for i, (text, sentence) in enumerate(zip(texts, sentences)):
         starts = np.cumsum([0] + [len(w) + 1 for w, _, _ in sentence])

@@ -2,6 +2,7 @@ import keras
 import numpy as np
 import pytest
 
+import keras_bert
 from keras_bert import BertEncoder
 from keras_bert.optimization import WarmupLinearDecay, create_optimizer
 
@@ -29,9 +30,51 @@ def test_layer_norm_and_bias_weights_are_not_decayed():
     assert not [p for p in decayed if p.endswith(("bias", "gamma", "beta"))]
 
 
-def test_gradients_are_clipped_to_the_global_norm():
-    variable = keras.Variable(np.zeros(3, "float32"))
-    optimizer = keras.optimizers.SGD(1.0, global_clipnorm=1.0)
+@pytest.mark.parametrize("layer_decay", [None, 0.5])
+def test_our_optimizer_clips_gradients_to_the_global_norm(layer_decay):
+    # Adam's first step moves each weight by about lr whatever the gradient's size, so the
+    # clipping shows in its first moment: (1 - beta_1) times the clipped gradient.
+    variable = keras.Variable(np.zeros(3, "float32"), name="kernel")
+    optimizer = create_optimizer(1e-3, 10, 0, weight_decay=0.0, layer_decay=layer_decay)
+    optimizer.build([variable])
     optimizer.apply([np.array([30.0, 40.0, 0.0], "float32")], [variable])
-    np.testing.assert_allclose(variable.numpy(), [-0.6, -0.8, 0.0], atol=1e-6)
-    assert create_optimizer(1e-3, 10, 1).global_clipnorm == 1.0
+    momentum = [v for v in optimizer.variables if "momentum" in v.path]
+    np.testing.assert_allclose(momentum[0].numpy(), [0.06, 0.08, 0.0], atol=1e-7)
+
+
+def test_layer_decay_sets_each_variables_effective_learning_rate(tiny_checkpoint):
+    """One Adam step moves a weight by lr * rate * g / (|g| + eps), so by lr * rate where the
+    gradient is not tiny: the largest move of each variable, over lr, is its effective rate."""
+    model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=2,
+                                                      sequence_length=16)  # fmt: skip
+    # epsilon 1e-12: a tiny model's gradients are small, and Adam's epsilon would show
+    model.compile(create_optimizer(1e-3, 1000, 0, weight_decay=0.0, clipnorm=1e9, epsilon=1e-12,
+                                   layer_decay=0.5))  # fmt: skip
+    before = {v.path: v.numpy().copy() for v in model.trainable_variables}
+    model.fit(["the cat sat on the mat", "a dog", "hello world !", "mats"], [0, 1, 1, 0],
+              batch_size=4, epochs=1, verbose=0)  # fmt: skip
+    expected = {"embeddings/": 0.5**3, "layer_0/": 0.5**2, "layer_1/": 0.5, "pooler/": 1.0,
+                "classifier": 1.0}  # 2 blocks: embeddings 0.5^(2+1), block i 0.5^(2-i)  # fmt: skip
+    checked = set()
+    for variable in model.trainable_variables:
+        move = np.abs(variable.numpy() - before[variable.path])
+        key = next(k for k in expected if k in variable.path)
+        rate, _ = model.optimizer.rate_of(variable)
+        assert rate == pytest.approx(expected[key]), variable.path
+        if "key/bias" in variable.path:
+            continue  # the softmax ignores it: its gradient is zero (to rounding)
+        assert np.max(move) / 1e-3 == pytest.approx(rate, rel=0.01), variable.path
+        checked.add(key)
+    assert checked == set(expected)
+
+
+def test_layer_decay_keeps_the_decay_exclusions():
+    encoder = BertEncoder(**TINY)
+    optimizer = create_optimizer(1e-3, total_steps=10, warmup_steps=1, weight_decay=0.1,
+                                 layer_decay=0.8)  # fmt: skip
+    optimizer.build(encoder.trainable_variables)
+    decays = {v.path: optimizer.rate_of(v)[1] for v in encoder.trainable_variables}
+    assert decays["layer_0/attention/query/kernel"] and decays["embeddings/word_embeddings/embeddings"]
+    assert not [p for p, d in decays.items() if d and p.endswith(("bias", "gamma", "beta"))]
+    with pytest.raises(ValueError, match="layer_decay must be in"):
+        create_optimizer(1e-3, 10, 1, layer_decay=1.5)

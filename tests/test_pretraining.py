@@ -1,6 +1,7 @@
 import collections
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -182,7 +183,8 @@ def test_binary_is_deterministic_whatever_the_worker_count(tmp_path, minilm_dir)
 def test_encodings_line_endings_and_bad_input(tmp_path, minilm_dir):
     latin1 = f"--input_file={PRETRAIN}/caesar_latin1_part.txt"
     result = create_data(tmp_path, minilm_dir, latin1, "--input_format=text")
-    assert result.returncode != 0 and "caesar_latin1_part.txt: byte" in result.stderr
+    assert result.returncode == 1 and re.search(
+        r"caesar_latin1_part.txt:\d+: byte \d+ of the line \(0xe6\) is not valid utf-8", result.stderr)
     assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
     result = create_data(tmp_path, minilm_dir, latin1, "--input_format=text",
                          "--input_encoding=latin-1")  # fmt: skip
@@ -196,7 +198,7 @@ def test_encodings_line_endings_and_bad_input(tmp_path, minilm_dir):
     assert result.returncode == 1 and "makes no pre-training pair" in result.stderr
     assert not (tmp_path / "o" / "out").exists() or not os.listdir(tmp_path / "o" / "out")
     result = create_data(tmp_path / "m", minilm_dir, f"--input_file={tmp_path}/nothing*.txt")
-    assert result.returncode != 0 and "no input file matches" in result.stderr
+    assert result.returncode != 0 and "matches no file" in result.stderr
 
 
 def test_crlf_text_is_split_into_sentences():

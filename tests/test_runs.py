@@ -3,6 +3,7 @@ all, backups that survive a kill while they are written, and resumption to the b
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -130,10 +131,44 @@ def test_a_kill_while_the_backup_is_written_loses_nothing(tmp_path, tiny_checkpo
     ("--max_seq_length=600", "error: --max_seq_length=600 must be between 3 and the checkpoint's "
                              "max_position_embeddings=128"),
     ("--train_batch_size=0", "error: --train_batch_size must be at least 1, got 0"),
-    ("--data_dir=/nowhere", "error: SST-2 data file not found: /nowhere/train.tsv"),
+    ("--data_dir=/nowhere", "error: --data_dir=/nowhere: no such folder"),
 ])  # fmt: skip
 def test_user_mistakes_get_one_line(tmp_path, tiny_checkpoint, flag, message):
     result = run(glue_command(tiny_checkpoint, tmp_path, flag), expect=1)
     assert result.stderr.strip().splitlines()[-1] == message
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "settings.json").exists()  # refused before the run started
+
+
+@pytest.mark.slow
+def test_a_healthy_run_prints_only_what_it_does(tmp_path, tiny_checkpoint):
+    """No TensorFlow notices (cuInit, oneDNN, the absl banner, SavedModel internals) and no
+    error-level lines; a line before the slow first step, then the loss, examples/s and tokens/s
+    every --log_every_steps steps (stderr is a pipe here, not a terminal); speeds in TensorBoard.
+    TF_CPP_MIN_LOG_LEVEL set by the user brings TensorFlow's lines back."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    command = [sys.executable, *glue_command(tiny_checkpoint, tmp_path / "a", "--log_every_steps=2")]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stderr.splitlines()
+    ours = r"I\d{4} [\d:.]+ +\d+ (common|driver|checkpoints|progress|glue)\.py:\d+\] "
+    noise = [line for line in lines if not re.match(ours, line)]
+    assert noise == [], noise
+    said = [line.split("] ", 1)[1] for line in lines]
+    assert said.index("building the training step (the first step traces and compiles it)") < 3 + [
+        i for i, s in enumerate(said) if s.startswith("first step done in")][0]
+    speeds = [s for s in said if s.startswith("step ")]
+    assert [s.split(":")[0] for s in speeds] == ["step 2/12", "step 4/12", "step 6/12",
+                                                 "step 8/12", "step 10/12", "step 12/12"]
+    assert all(re.search(r"loss \d\.\d{4}, [\d.]+ steps/s, [\d.,]+ examples/s, [\d,]+ tokens/s", s)
+               for s in speeds), speeds  # fmt: skip
+    examples, tokens = [re.search(r"([\d.,]+) examples/s, ([\d,]+) tokens/s", s).groups()
+                        for s in speeds][-1]  # fmt: skip
+    ratio = float(tokens.replace(",", "")) / float(examples.replace(",", ""))
+    assert 3 < ratio <= 32  # real tokens per example: SST-2 sentences cut at 32
+    assert os.listdir(tmp_path / "a" / "logs" / "speed")
+
+    env["TF_CPP_MIN_LOG_LEVEL"] = "0"
+    command = [sys.executable, "-m", "tasks.glue", "--task_name=SST-2", "--data_dir=/nowhere"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 1 and "oneDNN custom operations" in result.stderr

@@ -17,7 +17,13 @@ HEADER = (
 def test_reads_jsonl_and_csv(tmp_path):
     jsonl = swag.read_swag(os.path.join(DATA, "swag_sample.jsonl"))
     assert len(jsonl) == 10 and jsonl.labels.tolist()[0] == 0
-    assert jsonl.texts["endings"][0][0].startswith(jsonl.texts["endings"][0][0].split()[0])
+    assert jsonl.texts["context"][0] == ("Members of the procession walk down the street holding "
+                                         "small horn brass instruments.")  # fmt: skip
+    assert jsonl.texts["endings"][0] == [  # sent2 + " " + ending<i>
+        "A drum line passes by walking down the street playing their instruments.",
+        "A drum line has heard approaching them.",
+        "A drum line arrives and they're outside dancing and asleep.",
+        "A drum line turns the lead singer watches the performance."]
     csv_file = tmp_path / "val.csv"
     csv_file.write_text(
         HEADER + '\nv1,7,x,A man sits.,He,gold,eats.,sleeps.,runs.,"flies, high.",3\n'

@@ -89,14 +89,54 @@ def test_vocab_without_a_special_token_is_refused(tmp_path, missing):
 
 
 def test_bad_vocab_files(tmp_path):
-    with pytest.raises(FileNotFoundError, match="vocabulary file not found"):
+    with pytest.raises(FileNotFoundError, match=r"missing.txt: no such file \(the vocabulary"):
         BertTokenizer(str(tmp_path / "missing.txt"))
+    with pytest.raises(ValueError, match="is a folder, not a file"):
+        BertTokenizer(str(tmp_path))
     path = tmp_path / "latin1.txt"
     path.write_bytes("\n".join(TINY_VOCAB[:10] + ["caf\xe9"]).encode("latin-1"))
-    with pytest.raises(ValueError, match="not valid UTF-8"):
+    with pytest.raises(ValueError, match=r"latin1.txt:11: byte 4 of the line \(0xe9\) is not valid"):
         BertTokenizer(str(path))
     with pytest.raises(ValueError, match="lists the token 'cat' twice"):
         BertTokenizer(TINY_VOCAB + ["cat"])
+
+
+def test_capital_sigma_lower_cases_as_python_does():
+    """Word-final capital sigma becomes the final form (str.lower()'s Final_Sigma rule), with
+    case-ignorable characters (accents, apostrophes, modifier letters, removed soft hyphens)
+    skipped on either side; the cleaned text is compared with Python's on random strings."""
+    from keras_bert.tokenizer import _clean_characters
+
+    def python_clean(text):
+        text = "".join(" " if c in "\t\n\r" or unicodedata.category(c) == "Zs" else c
+                       for c in text if unicodedata.category(c) not in ("Cc", "Cf"))  # fmt: skip
+        text = unicodedata.normalize("NFD", text.lower())
+        return "".join(c for c in text if unicodedata.category(c) != "Mn")
+
+    pool = list("ΣΣΣσΑaB'.:( 1中-ªⒶ") + ["\u0301", "\u02b0", "\u00ad", "\u2019", "\u00b7"]
+    rng = np.random.default_rng(0)
+    texts = ["mnΣ", "ΣΣ", "ΟΔΟΣ ΟΔΟΣ.", "Σ", "aΣb", "aΣ'", "a\u00adΣ", "ʰΣ", "ⒶΣ"] + [
+        "".join(rng.choice(pool, size=rng.integers(1, 9))) for _ in range(3000)]
+    characters = tf.strings.unicode_split(tf.constant(texts), "UTF-8")
+    cleaned = characters.with_flat_values(
+        _clean_characters(characters.flat_values, True, characters.value_rowids()))
+    ours = [t.decode() for t in tf.strings.reduce_join(cleaned, axis=-1).numpy()]
+    assert ours[:3] == ["mnς", "σς", "οδος οδος."]
+    mismatches = [(t, o, python_clean(t)) for t, o in zip(texts, ours) if o != python_clean(t)]
+    assert mismatches == []
+    tokenizer = BertTokenizer(TINY_VOCAB + ["mn", "##ς", "##σ", "##a"])
+    ids, starts, ends = tokenizer.tokenize_with_offsets(tf.constant(["mnΣ mnΣa"]))
+    assert [tokenizer.vocabulary[i] for i in ids.to_list()[0]] == ["mn", "##ς", "mn", "##σ", "##a"]
+    assert starts.to_list() == [[0, 2, 4, 6, 7]] and ends.to_list() == [[2, 3, 6, 7, 8]]
+
+
+def test_a_vocabulary_saved_with_windows_line_ends_reads_the_same(tmp_path):
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes(("\r\n".join(TINY_VOCAB) + "\r\n").encode())
+    lf = write_vocab(tmp_path / "lf.txt", TINY_VOCAB)
+    assert BertTokenizer(str(crlf)).vocabulary == BertTokenizer(lf).vocabulary == TINY_VOCAB
+    texts = tf.constant(["the cat sat on the mat!"])
+    assert BertTokenizer(str(crlf))(texts).to_list() == BertTokenizer(lf)(texts).to_list()
 
 
 def test_works_in_tf_data_and_in_a_saved_function(tmp_path):

@@ -1,0 +1,47 @@
+"""Reading a user's text file, with errors that name the file and the line.
+
+A leaf module (it imports nothing of keras_bert): the vocabulary reader and every binary's data
+reader build on it, so that a folder where a file is expected, a missing file and a byte that is
+not UTF-8 get the same one-line answer everywhere.
+"""
+
+import os
+
+
+def check_file(path, what="file"):
+    """Raises FileNotFoundError or ValueError unless `path` is an existing file."""
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a folder, not a file: pass the {what} itself")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file (the {what})")
+
+
+def check_folder(path, flag):
+    """Raises FileNotFoundError or ValueError unless `path` (given by `flag`) is a folder."""
+    if os.path.isfile(path):
+        raise ValueError(f"{flag}={path} is a file, not a folder")
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{flag}={path}: no such folder")
+
+
+def decode(data, path, encoding="utf-8", errors="strict", hint=None, first_line=1):
+    """`data` (bytes read from `path`, starting at line `first_line`) as text; a byte the
+    encoding cannot read is reported with its line and its position in that line (both counted
+    from 1), and `hint` (what to do)."""
+    try:
+        return data.decode(encoding, errors=errors)
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + first_line
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ValueError(f"{path}:{line}: byte {column} of the line (0x{data[e.start]:02x}) is "
+                         f"not valid {encoding}; {hint or f'save the file as {encoding}'}") from None  # fmt: skip
+    except LookupError:
+        raise ValueError(f"unknown text encoding {encoding!r}") from None
+
+
+def read_text(path, what="file", encoding="utf-8", errors="strict", hint=None):
+    """The whole text of a file (a UTF-8 byte-order mark dropped); see `decode`."""
+    check_file(path, what)
+    with open(path, "rb") as f:
+        data = f.read()
+    return decode(data, path, encoding, errors, hint).removeprefix("\ufeff")

@@ -1,0 +1,77 @@
+"""The corpus of bad inputs (tests/data/bad/cases.tsv), each run through its binary: a user's
+mistake must end with exit code 1 and one `error:` line that names the file and line or the flag
+and says what is wrong, never with a Python traceback.
+
+The binaries start in their own processes, two at a time (each spends most of its few seconds
+importing TensorFlow), when the first case asks for the results.
+"""
+
+import concurrent.futures
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BAD = os.path.join(ROOT, "tests", "data", "bad")
+
+
+def read_cases():
+    cases = []
+    with open(os.path.join(BAD, "cases.tsv"), encoding="utf-8") as f:
+        for line in f:
+            if line.strip() and not line.startswith("#"):
+                case_id, module, args, pattern = line.rstrip("\n").split("\t")
+                cases.append((case_id, module, args.split(" "), pattern))
+    return cases
+
+
+CASES = read_cases()
+
+
+def run_case(module, args, scratch):
+    os.makedirs(scratch)
+
+    def fill(arg):
+        def copy(match):
+            target = os.path.join(scratch, "copy", match.group(1))
+            shutil.copytree(os.path.join(BAD, match.group(1)), target)
+            return target
+
+        arg = re.sub(r"\{copy:([^}]+)\}", copy, arg)
+        return arg.replace("{bad}", BAD).replace("{out}", os.path.join(scratch, "out"))
+
+    return subprocess.run([sys.executable, "-m", module, *map(fill, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def results(tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("bad_inputs")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {case_id: pool.submit(run_case, module, args, str(scratch / case_id))
+                   for case_id, module, args, _ in CASES}  # fmt: skip
+        return {case_id: future.result() for case_id, future in futures.items()}
+
+
+def test_the_corpus_is_well_formed():
+    ids = [case[0] for case in CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 50
+    for _, module, _, pattern in CASES:
+        assert os.path.isfile(os.path.join(ROOT, *module.split(".")) + ".py"), module
+        re.compile(pattern)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case_id,module,args,pattern", CASES, ids=[c[0] for c in CASES])
+def test_a_bad_input_gets_one_line(results, case_id, module, args, pattern):
+    result = results[case_id]
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output, output[-3000:]
+    assert result.returncode == 1, output[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert re.search(pattern, errors[0]), errors[0]
