@@ -138,8 +138,16 @@ def test_mixed_precision_keeps_layer_norm_and_softmax_in_float32():
     assert y.dtype == tf.float32
     # The softmax sees float32 scores: its result for a padded key is exactly 0, and the
     # attention output is still bfloat16 (the compute dtype) after the output projection.
-    out = block.attention(x, tf.constant([[1, 1, 1, 0, 0, 0, 0]] * 2))
+    mask = tf.constant([[1, 1, 1, 0, 0, 0, 0]] * 2)
+    out = block.attention(x, mask)
     assert out.dtype == tf.bfloat16
+    # Padded keys get a weight of exactly 0: whatever the padded positions hold (here values a
+    # thousand times larger), the real positions' outputs do not change by a single bit.
+    noise = tf.random.normal((2, 4, 12), seed=5) * 1000.0
+    loud = tf.concat([x[:, :3], noise], axis=1)
+    np.testing.assert_array_equal(block.attention(loud, mask)[:, :3].numpy(), out[:, :3].numpy())
+    assert not np.array_equal(block.attention(loud, tf.ones_like(mask))[:, :3].numpy(),
+                              out[:, :3].numpy())  # fmt: skip
 
 
 def test_random_inputs_helper_masks_padding():

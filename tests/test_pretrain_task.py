@@ -126,6 +126,11 @@ def test_two_workers_pretrain_to_identical_weights(tmp_path, pretraining_data, m
     for a, b in zip(chief.encoder.weights + chief.masked_lm.weights,
                     other.encoder.weights + other.masked_lm.weights):  # fmt: skip
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # ... and both trained: their weights are no longer MiniLM's.
+    start = checkpoints.load_checkpoint(minilm_dir).encoder
+    moved = [not np.array_equal(a.numpy(), b.numpy())
+             for a, b in zip(start.weights, chief.encoder.weights)]  # fmt: skip
+    assert np.mean(moved) > 0.9
 
 
 @pytest.mark.slow
