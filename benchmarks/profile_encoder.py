@@ -1,0 +1,94 @@
+"""Where a BERT forward pass spends its time, by op type and by part of a block, as JSON.
+
+    python -m benchmarks.profile_encoder [--precision bfloat16 --batch_size 8 --seq_length 128]
+
+Runs the TensorFlow profiler over a few forward passes of a random BERT-base encoder and sums
+the time of every op the executor ran, per step: by op type (a `_MklNativeFusedMatMul` is a
+product fused with its bias and activation; a lone `BiasAdd` or `Erfc` means a fusion did not
+happen) and by the op's place in a block (layer numbers folded together).
+"""
+
+import collections
+import glob
+import json
+import re
+import tempfile
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+from keras_bert import BertClassifier, BertConfig, BertEncoder
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("precision", "bfloat16", ["float32", "bfloat16"], "Compute precision.")
+flags.DEFINE_integer("batch_size", 8, "Sequences per step.")
+flags.DEFINE_integer("seq_length", 128, "Tokens per sequence (no padding).")
+flags.DEFINE_enum("step", "forward", ["forward", "train_step"], "forward: the encoder alone; "
+                  "train_step: a classifier's training step (AdamW, the fine-tuning recipe).")
+flags.DEFINE_integer("steps", 3, "Profiled steps (after 3 warm-up steps).")
+flags.DEFINE_integer("top", 25, "Rows per table.")
+
+
+def op_times(logdir, steps):
+    """{(node name, op type): ms per step} from the profiler's trace in `logdir`."""
+    space = xplane_pb2.XSpace()
+    with open(sorted(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True))[-1], "rb") as f:
+        space.ParseFromString(f.read())
+    times = collections.Counter()
+    for plane in space.planes:
+        for line in plane.lines:
+            if not line.name.startswith("tf_Compute"):  # the executor's threads
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                if ":" in name and "::" not in name:  # "node:OpType", not the executor's spans
+                    times[tuple(name.rsplit(":", 1))] += event.duration_ps / 1e9 / steps
+    return times
+
+
+def main(argv):
+    del argv
+    keras.config.set_dtype_policy("float32" if FLAGS.precision == "float32" else "mixed_bfloat16")
+    encoder = BertEncoder(**BertConfig().to_dict())
+    rng = np.random.default_rng(0)
+    shape = (FLAGS.batch_size, FLAGS.seq_length)
+    x = {"input_word_ids": tf.constant(rng.integers(1000, 30000, shape), tf.int32),
+         "input_mask": tf.ones(shape, tf.int32), "input_type_ids": tf.zeros(shape, tf.int32)}
+    if FLAGS.step == "forward":
+        forward = tf.function(lambda x: encoder(x, training=False)["sequence_output"])
+
+        def step():
+            forward(x).numpy()
+    else:
+        classifier = BertClassifier(encoder, preprocessor=None)  # token ids in
+        classifier.compile(total_steps=10**6)
+        y = tf.zeros(shape[:1], tf.int32)
+
+        def step():
+            classifier.train_on_batch(x, y)
+    for _ in range(3):
+        step()
+    logdir = tempfile.mkdtemp(prefix="profile-")
+    tf.profiler.experimental.start(logdir)
+    for _ in range(FLAGS.steps):
+        step()
+    tf.profiler.experimental.stop()
+    times = op_times(logdir, FLAGS.steps)
+    by_type, by_place = collections.Counter(), collections.Counter()
+    for (node, op), ms in times.items():
+        by_type[op] += ms
+        place = re.sub(r"^[a-z_]+encoder(_\d+)?/", "", re.sub(r"layer_\d+(_\d+)?", "layer_N", node))
+        by_place[f"{place}:{op}"] += ms
+    total = sum(by_type.values())
+    report = {"precision": FLAGS.precision, "step": FLAGS.step, "batch_size": FLAGS.batch_size,
+              "seq_length": FLAGS.seq_length, "op_ms_per_step": total,
+              "by_op_type_ms": {k: round(v, 2) for k, v in by_type.most_common(FLAGS.top)},
+              "by_place_ms": {k: round(v, 2) for k, v in by_place.most_common(FLAGS.top)}}
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    app.run(main)
