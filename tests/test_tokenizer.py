@@ -35,6 +35,19 @@ def test_ids_match_the_reference_tokenizer(minilm_dir, texts, golden, casing, gr
         assert got == expected, text
 
 
+@pytest.mark.parametrize("lower_case", [True, False])
+def test_ascii_texts_take_a_whole_text_path_with_the_same_ids(minilm_dir, texts, lower_case):
+    """call() cleans pure-ASCII texts whole; tokenize_with_offsets() character by character.
+    Random ASCII (controls, tabs, CR/LF, DEL, punctuation) and the reference texts mixed with
+    non-ASCII ones in one batch must give the same ids both ways, in the batch's order."""
+    tokenizer = BertTokenizer(os.path.join(minilm_dir, "vocab.txt"), do_lower_case=lower_case)
+    rng = np.random.default_rng(7)
+    alphabet = [chr(i) for i in range(128)] + list("aeiou   ") * 8
+    noise = ["".join(rng.choice(alphabet, rng.integers(0, 40))) for _ in range(300)]
+    batch = tf.constant(noise + texts["sst2"] + texts["edge_cases"] + ["", "Ünï ΣΑΣ", "A\x7fB"])
+    assert tokenizer(batch).to_list() == tokenizer.tokenize_with_offsets(batch)[0].to_list()
+
+
 def _normalise(text):
     text = unicodedata.normalize("NFD", text.lower())
     return "".join(c for c in text if unicodedata.category(c) != "Mn")
