@@ -41,8 +41,8 @@ def main(argv):
     results = glue.run(glue.get_task(FLAGS.task_name))
     print(f"dev accuracy: {results['dev']['accuracy']:.4f}")
     model = common.load_run(FLAGS.output_dir)
-    logging.info("exporting the run as a SavedModel (tracing its serving functions)")
-    path = model.export(os.path.join(FLAGS.export_dir, model.name))
+    logging.info("exporting the run as a float32 SavedModel (tracing its serving functions)")
+    path = model.export(os.path.join(FLAGS.export_dir, model.name), precision="float32")
     print(f"exported: {path}")
     served = tf.saved_model.load(path).signatures["serving_default"]
     outputs = served(sentence=tf.constant(FLAGS.classify))

@@ -211,3 +211,29 @@ def test_token_classifier_learns_entities_and_refuses_unknown_tags(tiny_checkpoi
     model.save(str(tmp_path / "ner.keras"))
     reloaded = keras.saving.load_model(str(tmp_path / "ner.keras"))
     assert reloaded.predict(sentences[:2], verbose=0) == result
+
+
+def test_export_computes_in_the_precision_asked_not_the_one_it_trained_in(tiny_checkpoint,
+                                                                           tmp_path):  # fmt: skip
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, sequence_length=32)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    kernel, bias = model.head.dense.get_weights()  # logits of a few units, not near 0
+    model.head.dense.set_weights([np.random.default_rng(0).normal(size=kernel.shape), bias])
+    as_float32 = model.with_precision("float32")
+    assert as_float32.encoder.policy.name == "float32" and model.with_precision("bfloat16") is model
+    assert as_float32.preprocessor is model.preprocessor
+    expected = {"bfloat16": tf.nn.softmax(model.predict(SENTENCES, verbose=0)).numpy(),
+                "float32": tf.nn.softmax(as_float32.predict(SENTENCES, verbose=0)).numpy()}
+    gap = np.abs(expected["bfloat16"] - expected["float32"]).max()
+    assert gap > 1e-4  # the two precisions give distinguishable numbers on these sentences
+    body = "print(json.dumps(f(sentence=tf.constant(json.loads(sys.stdin.read())))" \
+           "['probabilities'].numpy().tolist()))\n"  # fmt: skip
+    for precision in ("float32", "bfloat16"):
+        path = model.export(str(tmp_path / "m"), precision=precision)
+        served = np.array(served_in_clean_process(path, body, json.dumps(SENTENCES)))
+        np.testing.assert_allclose(served, expected[precision], atol=gap / 10)
+    with pytest.raises(ValueError, match="unknown precision 'int8'"):
+        model.export(str(tmp_path / "m"), precision="int8")
