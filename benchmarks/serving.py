@@ -12,7 +12,6 @@ Inputs: SST-2 dev sentences, the SQuAD dev slice in tests/data (questions with t
 the CoNLL-2003 dev slice in tests/data (sentences).
 """
 
-import glob
 import json
 import os
 import statistics
@@ -21,6 +20,8 @@ import time
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer's ops)
 from absl import app, flags
+
+from benchmarks import newest_export
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("task", "sst-2", ["sst-2", "squad", "ner"], "What the export does.")
@@ -52,10 +53,7 @@ def examples(task):
 
 def main(argv):
     del argv
-    path = FLAGS.export or max(glob.glob(f"exported/{FLAGS.task}/[0-9]*"),
-                               key=lambda p: int(p.split("/")[-1]), default=None)  # fmt: skip
-    if not path:
-        raise app.UsageError(f"no export found under exported/{FLAGS.task}: pass --export")
+    path = FLAGS.export or newest_export(FLAGS.task)
     serve = tf.saved_model.load(path).signatures["serving_default"]
     inputs = examples(FLAGS.task)
     count = FLAGS.examples

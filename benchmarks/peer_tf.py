@@ -1,0 +1,205 @@
+"""The keras_bert side of benchmarks/peers.py (a worker process; see that module).
+
+The serving jobs import only tensorflow and tensorflow_text, as TF Serving runs an export.
+"""
+
+import os
+import sys
+
+from benchmarks import peer_worker
+from benchmarks.peer_worker import FINETUNE_STEPS_PER_STEP_FLAG, SERVING_SENTENCES, sst2
+
+CHANNEL = peer_worker.protocol_channel()
+
+import numpy as np  # noqa: E402  (after the channel: nothing may print to the real stdout)
+import tensorflow as tf  # noqa: E402
+import tensorflow_text  # noqa: E402,F401  (registers the tokenizer's ops for a loaded export)
+
+
+def realize(outputs):
+    """Waits for a result by copying it out, as a caller of the model would."""
+    return tf.nest.map_structure(lambda t: t.numpy(), outputs)
+
+
+def policy_name(precision):
+    return {"float32": "float32", "bfloat16": "mixed_bfloat16"}[precision]
+
+
+def matmul_ceiling(config, batch, seq, dtype):
+    """The forward pass's matrix products alone, bare, in `dtype`: what the hardware allows.
+
+    Every layer has weights of its own, as the encoder has (identical products would be
+    computed once by Grappler's common-subexpression elimination)."""
+    tokens, hidden, inner = batch * seq, config.hidden_size, config.intermediate_size
+    heads = config.num_attention_heads
+    rng = np.random.default_rng(0)
+
+    def random(*shape):
+        return tf.constant(rng.standard_normal(shape).astype(np.float32) * 0.05, dtype)
+
+    x, wide = random(tokens, hidden), random(tokens, inner)
+    layers = [{"square": [random(hidden, hidden) for _ in range(4)],  # query, key, value, output
+               "up": random(hidden, inner), "down": random(inner, hidden),
+               "heads": random(batch * heads, seq, hidden // heads),
+               "probs": random(batch * heads, seq, seq)}
+              for _ in range(config.num_hidden_layers)]  # fmt: skip
+
+    @tf.function
+    def run():
+        corners = []
+        for w in layers:
+            products = [tf.matmul(x, square) for square in w["square"]]
+            products += [tf.matmul(w["heads"], w["heads"], transpose_b=True),  # scores
+                         tf.matmul(w["probs"], w["heads"]),  # context
+                         tf.matmul(x, w["up"]), tf.matmul(wide, w["down"])]  # fmt: skip
+            corners += [tf.reshape(p, [-1])[0] for p in products]  # keeps every product alive
+        return tf.add_n(corners)
+
+    return run
+
+
+def encoder_jobs(opts):
+    import keras
+
+    import keras_bert
+    from keras_bert import BertConfig, BertEncoder
+
+    config = BertConfig()  # BERT-base
+    batch, seq, steps = opts["batch_size"], opts["seq_length"], opts["steps"]
+    rng = np.random.default_rng(0)
+    x = {"input_word_ids": tf.constant(rng.integers(1000, 30000, (batch, seq)), tf.int32),
+         "input_mask": tf.ones((batch, seq), tf.int32),
+         "input_type_ids": tf.zeros((batch, seq), tf.int32)}  # fmt: skip
+    y = tf.constant(rng.integers(0, 2, batch), tf.int32)
+    tokens = batch * seq
+    jobs = {}
+    for precision in opts["precisions"]:
+        keras.config.set_dtype_policy(policy_name(precision))
+        encoder = BertEncoder(**config.to_dict())
+        classifier = keras_bert.BertClassifier(encoder, preprocessor=None)  # token ids in
+        classifier.compile(total_steps=10**6)  # the fine-tuning recipe: AdamW, clipping, schedule
+        forward = tf.function(lambda x, encoder=encoder: encoder(x, training=False))
+        ceiling = matmul_ceiling(config, batch, seq, tf.float32 if precision == "float32"
+                                 else tf.bfloat16)  # fmt: skip
+
+        def run_forward(forward=forward):
+            for _ in range(steps):
+                realize(forward(x)["sequence_output"])
+            return steps * tokens, "tokens"
+
+        def run_train(classifier=classifier):
+            for _ in range(steps):
+                classifier.train_on_batch(x, y)
+            return steps * tokens, "tokens"
+
+        def run_ceiling(ceiling=ceiling):
+            for _ in range(steps):
+                realize(ceiling())
+            return steps * tokens, "tokens"
+
+        jobs[f"{precision}/forward"] = run_forward
+        jobs[f"{precision}/train_step"] = run_train
+        jobs[f"{precision}/matmul_ceiling"] = run_ceiling
+    keras.config.set_dtype_policy("float32")
+    return jobs
+
+
+def tokenizer_jobs(opts):
+    import keras_bert
+    from tasks import default_checkpoint
+
+    path = opts["checkpoint"] or default_checkpoint()
+    tokenizer = keras_bert.BertTokenizer.from_checkpoint(path)
+    packer = keras_bert.BertPacker.from_tokenizer(tokenizer, sequence_length=128)
+    sentences, _ = sst2("dev")
+    size = opts["batch_size"]
+    batches = [tf.constant(sentences[i : i + size]) for i in range(0, len(sentences), size)]
+    pack = tf.function(lambda s: packer(tokenizer(s)))
+
+    def run():
+        for b in batches:
+            realize(pack(b))
+        return len(sentences), "sentences"
+
+    ids = [row[row != 0].tolist() for b in batches for row in realize(pack(b))["input_word_ids"]]
+    np.save(os.path.join(opts["scratch"], "keras_bert_ids.npy"), np.array(ids, dtype=object),
+            allow_pickle=True)  # fmt: skip
+    return {"tokenize_and_pack": run}
+
+
+def serving_jobs(opts):
+    serve = tf.saved_model.load(opts["export"]).signatures["serving_default"]
+    sentences, _ = sst2("dev")
+    jobs = {}
+    for size, count in SERVING_SENTENCES.items():
+        calls = [tf.constant(sentences[i : i + size]) for i in range(0, count, size)]
+
+        def run(calls=calls, count=count):
+            latencies = peer_worker.per_call(calls, lambda c: realize(serve(sentence=c)))
+            return count, "sentences", latencies
+
+        jobs[f"batch_{size}"] = run
+    labels = [realize(serve(sentence=tf.constant(sentences[i : i + 32])))["label_id"]
+              for i in range(0, len(sentences), 32)]  # fmt: skip
+    np.save(os.path.join(opts["scratch"], "keras_bert_labels.npy"), np.concatenate(labels))
+    return jobs
+
+
+def finetune_jobs(opts):
+    import keras
+
+    import keras_bert
+    from tasks import default_checkpoint
+
+    keras.config.set_dtype_policy("mixed_bfloat16")  # the README recipe (the quick start)
+    model = keras_bert.BertClassifier.from_checkpoint(opts["checkpoint"] or default_checkpoint())
+    model.compile(learning_rate=1e-4, total_steps=10**6)
+    sentences, labels = sst2("train")
+    count = opts["batch_size"] * opts["steps"] * FINETUNE_STEPS_PER_STEP_FLAG
+    data = model.make_dataset(sentences[:count], labels[:count], batch_size=opts["batch_size"])
+
+    def run():
+        model.fit(data, epochs=1, verbose=0)
+        return count, "examples"
+
+    return {"finetune": run}
+
+
+def prepare_serving(opts):
+    """Writes the run's weights for the PyTorch side: a Hugging Face folder and head.npz."""
+    import keras
+
+    import keras_bert  # noqa: F401  (registers the classes the run's model.keras needs)
+    from keras_bert import checkpoints
+
+    model = keras.saving.load_model(os.path.join(opts["run_dir"], "model.keras"))
+    folder = opts["scratch"]
+    vocab = os.path.join(folder, "vocab.txt")
+    with open(vocab, "w", encoding="utf-8") as f:
+        f.write("\n".join(model.preprocessor.tokenizer.vocabulary) + "\n")
+    checkpoints.save_checkpoint(
+        checkpoints.BertCheckpoint(model.encoder, vocab, model.preprocessor.tokenizer.do_lower_case),
+        os.path.join(folder, "hf"))
+    kernel, bias = model.head.dense.get_weights()
+    np.savez(os.path.join(folder, "head.npz"), kernel=kernel, bias=bias)
+
+
+def main():
+    opts = peer_worker.options()
+    if opts["bench"] == "prepare_serving":
+        return prepare_serving(opts)
+    make = {"encoder": encoder_jobs, "tokenizer": tokenizer_jobs, "serving": serving_jobs,
+            "finetune": finetune_jobs}[opts["bench"]]  # fmt: skip
+    jobs = make(opts)
+    info = {"tensorflow": tf.__version__,
+            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
+    if "keras_bert" in sys.modules:
+        import keras
+
+        info["keras"] = keras.__version__
+    peer_worker.serve(jobs, info, CHANNEL)
+
+
+if __name__ == "__main__":
+    main()

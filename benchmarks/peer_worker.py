@@ -1,0 +1,59 @@
+"""The worker end of benchmarks/peers.py: what both sides share (imports neither framework).
+
+A side's module calls `serve(jobs, info)`: it writes `info` plus the job names as one JSON line,
+then for each job name read from stdin runs that job and writes its report as one JSON line.
+A job is a function returning (items, unit[, latencies]); the time it takes is measured here.
+"""
+
+import json
+import os
+import sys
+import time
+
+
+def protocol_channel():
+    """The real stdout for the reports; fd 1 goes to stderr so that no library's print (a
+    progress bar, a banner) can corrupt the protocol."""
+    channel = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    return channel
+
+
+def serve(jobs, info, channel):
+    channel.write(json.dumps({**info, "jobs": list(jobs)}) + "\n")
+    for line in sys.stdin:
+        job = line.strip()
+        start = time.perf_counter()
+        items, unit, *latencies = jobs[job]()
+        seconds = time.perf_counter() - start
+        report = {"seconds": seconds, "items": items, "unit": unit}
+        if latencies:
+            report["latencies"] = latencies[0]
+        channel.write(json.dumps(report) + "\n")
+
+
+def options():
+    return json.loads(sys.argv[1])
+
+
+def sst2(split):
+    """(sentences, labels) of the SST-2 sample bundled in tasks/data ("train" or "dev")."""
+    path = os.path.join(os.path.dirname(__file__), "..", "tasks", "data", "SST-2", f"{split}.tsv")
+    with open(path, encoding="utf-8") as f:
+        rows = [line.split("\t") for line in f.read().splitlines()[1:]]
+    return [sentence for sentence, _ in rows], [int(label) for _, label in rows]
+
+
+def per_call(calls, run):
+    """Runs `run(call)` for each call; returns the seconds each took."""
+    latencies = []
+    for call in calls:
+        start = time.perf_counter()
+        run(call)
+        latencies.append(time.perf_counter() - start)
+    return latencies
+
+
+# The serving and fine-tuning workloads, the same on both sides.
+SERVING_SENTENCES = {1: 64, 32: 256}  # per timed job, by batch size
+FINETUNE_STEPS_PER_STEP_FLAG = 10

@@ -1,0 +1,175 @@
+"""keras_bert side by side with PyTorch, each side in its own process, printed as JSON.
+
+    pip install -e '.[bench]'                  # PyTorch, transformers, tokenizers
+    python -m benchmarks.peers --bench=encoder      # BERT-base forward / training step, f32 and bf16
+    python -m benchmarks.peers --bench=tokenizer    # the tokenizer alone, SST-2 dev sentences
+    python -m benchmarks.peers --bench=serving      # strings in, labels out (needs an export)
+    python -m benchmarks.peers --bench=finetune     # fine-tuning MiniLM on SST-2, examples/s
+
+Each side runs in a worker process (benchmarks/peer_tf.py, benchmarks/peer_torch.py) that sets
+up once and then times one job at a time when asked. This process asks the two sides in turn,
+round after round, in alternating order (the machine is shared and noisy), and reports for each
+job both sides' medians and the ratio keras_bert / PyTorch (> 1: keras_bert is faster).
+Jobs only one side has (the bare matrix-product ceiling) are reported alone.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from absl import app, flags, logging
+
+from benchmarks import newest_export
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("bench", "encoder", ["encoder", "tokenizer", "serving", "finetune"],
+                  "What to compare (see the module docstring).")  # fmt: skip
+flags.DEFINE_integer("rounds", 5, "Alternating rounds; each round times every job once a side.")
+flags.DEFINE_integer("batch_size", None, "Examples per call. Default: 8 for encoder, 32 for "
+                     "finetune and tokenizer; serving always measures batch 1 and batch 32.")
+flags.DEFINE_integer("seq_length", 128, "encoder: tokens per sequence (no padding).")
+flags.DEFINE_integer("steps", 3, "encoder: steps per timed job; finetune: 10x this.")
+flags.DEFINE_list("precisions", ["float32", "bfloat16"], "encoder: precisions to measure.")
+flags.DEFINE_string("export", None, "serving: the SavedModel version folder of a MiniLM "
+                    "SST-2 classifier. Default: the newest under exported/sst-2 (made by "
+                    "python -m tasks.quickstart).")
+flags.DEFINE_string("run_dir", os.path.join("runs", "quickstart"), "serving: the run the "
+                    "export came from; the PyTorch side loads its weights.")
+flags.DEFINE_string("checkpoint", None, "finetune: checkpoint folder. Default: MiniLM.")
+flags.DEFINE_string("output", None, "Also write the JSON report to this file.")
+
+SIDES = ("keras_bert", "pytorch")
+
+
+class Worker:
+    """One side's process: `ask(job)` times a job there and returns its report."""
+
+    def __init__(self, side, options):
+        module = {"keras_bert": "benchmarks.peer_tf", "pytorch": "benchmarks.peer_torch"}[side]
+        self.side = side
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", module, json.dumps(options)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.info = self._read()  # {"jobs": [...], anything the side reports about itself}
+
+    def _read(self):
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.side} worker stopped (exit {self.process.wait()})")
+        return json.loads(line)
+
+    def ask(self, job):
+        self.process.stdin.write(job + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def options():
+    batch_size = FLAGS.batch_size or {"encoder": 8}.get(FLAGS.bench, 32)
+    export = FLAGS.export
+    if FLAGS.bench == "serving" and not export:
+        export = newest_export("sst-2")
+    return {"bench": FLAGS.bench, "batch_size": batch_size, "seq_length": FLAGS.seq_length,
+            "steps": FLAGS.steps, "precisions": FLAGS.precisions, "export": export,
+            "run_dir": FLAGS.run_dir, "checkpoint": FLAGS.checkpoint,
+            "scratch": tempfile.mkdtemp(prefix="peers-")}  # fmt: skip
+
+
+def prepare(opts):
+    """What the PyTorch side needs first: for serving, the run's weights in its layout."""
+    if opts["bench"] == "serving":
+        logging.info("writing %s's weights for the PyTorch side", opts["run_dir"])
+        subprocess.run([sys.executable, "-m", "benchmarks.peer_tf",
+                        json.dumps({**opts, "bench": "prepare_serving"})], check=True)
+
+
+def agreement(opts):
+    """Do both sides compute the same thing? Token ids, or the labels of the dev sentences."""
+    def load(name):
+        return np.load(os.path.join(opts["scratch"], name), allow_pickle=True)
+
+    if opts["bench"] == "tokenizer":
+        ours, theirs = load("keras_bert_ids.npy"), load("pytorch_ids.npy")
+        return {"sentences_with_equal_ids": sum(list(a) == list(b) for a, b in zip(ours, theirs)),
+                "sentences": len(ours)}  # fmt: skip
+    if opts["bench"] == "serving":
+        ours, theirs = load("keras_bert_labels.npy"), load("pytorch_labels.npy")
+        return {"equal_labels": int(np.sum(ours == theirs)), "sentences": len(ours)}
+    return None
+
+
+def compare(results):
+    """keras_bert's rate over PyTorch's best variant (job@precision) of the same job."""
+    for job, sides in results.items():
+        ours = sides.get("keras_bert")
+        peers = {name: r for name, r in results.items()
+                 if "pytorch" in r and (name == job or name.startswith(job + "@"))}  # fmt: skip
+        if ours and peers:
+            best = max(peers, key=lambda name: peers[name]["pytorch"]["per_s"])
+            sides["ratio"] = ours["per_s"] / peers[best]["pytorch"]["per_s"]
+            sides["ratio_against"] = best
+
+
+def summary(reports):
+    """Medians over rounds of one side's reports for one job."""
+    seconds = statistics.median(r["seconds"] for r in reports)
+    result = {"median_s": seconds, "per_s": reports[0]["items"] / seconds,
+              "unit": reports[0]["unit"], "rounds_s": [r["seconds"] for r in reports]}  # fmt: skip
+    latencies = sorted(x for r in reports for x in r.get("latencies", []))
+    if latencies:
+        result["latency_ms_p50"] = 1000 * latencies[len(latencies) // 2]
+        result["latency_ms_p99"] = 1000 * latencies[min(len(latencies) - 1,
+                                                        int(0.99 * len(latencies)))]  # fmt: skip
+    return result
+
+
+def main(argv):
+    del argv
+    opts = options()
+    prepare(opts)
+    workers = {}
+    for side in SIDES:  # one at a time: each set-up uses both cores
+        logging.info("starting the %s side", side)
+        workers[side] = Worker(side, opts)
+    jobs = {side: workers[side].info["jobs"] for side in SIDES}
+    reports = {side: {job: [] for job in jobs[side]} for side in SIDES}
+    for job in sorted(set(jobs["keras_bert"]) | set(jobs["pytorch"])):  # warm up every job
+        for side in SIDES:
+            if job in jobs[side]:
+                workers[side].ask(job)
+    for r in range(FLAGS.rounds):
+        for side in SIDES if r % 2 == 0 else SIDES[::-1]:
+            for job in jobs[side]:
+                reports[side][job].append(workers[side].ask(job))
+        logging.info("round %d of %d done", r + 1, FLAGS.rounds)
+    for worker in workers.values():
+        worker.close()
+    results = {}
+    for job in sorted(set(jobs["keras_bert"]) | set(jobs["pytorch"])):
+        results[job] = {side: summary(reports[side][job]) for side in SIDES if job in jobs[side]}
+    compare(results)
+    report = {"bench": FLAGS.bench, "rounds": FLAGS.rounds, "options": opts,
+              "sides": {side: workers[side].info for side in SIDES}, "results": results,
+              "agreement": agreement(opts)}
+    ceiling = results.get("bfloat16/matmul_ceiling", {}).get("keras_bert")
+    if ceiling and "bfloat16/forward" in results:
+        report["bfloat16_forward_of_ceiling"] = (
+            results["bfloat16/forward"]["keras_bert"]["per_s"] / ceiling["per_s"])
+    text = json.dumps(report, indent=2)
+    if FLAGS.output:
+        with open(FLAGS.output, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    app.run(main)
