@@ -2,11 +2,11 @@
 
 import glob
 
+from absl import app
+
 
 def newest_export(task):
     """The newest version folder under exported/<task>; a usage error when there is none."""
-    from absl import app
-
     path = max(glob.glob(f"exported/{task}/[0-9]*"), key=lambda p: int(p.split("/")[-1]),
                default=None)  # fmt: skip
     if not path:

@@ -141,11 +141,12 @@ def main(argv):
         logging.info("starting the %s side", side)
         workers[side] = Worker(side, opts)
     jobs = {side: workers[side].info["jobs"] for side in SIDES}
+    all_jobs = sorted(set(jobs["keras_bert"]) | set(jobs["pytorch"]))
     reports = {side: {job: [] for job in jobs[side]} for side in SIDES}
-    for job in sorted(set(jobs["keras_bert"]) | set(jobs["pytorch"])):
+    for job in all_jobs:
         for side in SIDES:
-            for _ in range(2):  # warm up: Keras traces again for the second batch shapes seen
-                if job in jobs[side]:
+            if job in jobs[side]:
+                for _ in range(2):  # warm up: Keras traces again for the second shapes it sees
                     workers[side].ask(job)
     for r in range(FLAGS.rounds):
         for side in SIDES if r % 2 == 0 else SIDES[::-1]:
@@ -155,7 +156,7 @@ def main(argv):
     for worker in workers.values():
         worker.close()
     results = {}
-    for job in sorted(set(jobs["keras_bert"]) | set(jobs["pytorch"])):
+    for job in all_jobs:
         results[job] = {side: summary(reports[side][job]) for side in SIDES if job in jobs[side]}
     compare(results)
     report = {"bench": FLAGS.bench, "rounds": FLAGS.rounds, "options": opts,

@@ -18,6 +18,7 @@ from absl import app, flags, logging
 
 import keras_bert  # noqa: F401  (registers the task models before loading one)
 from keras_bert import textfiles
+from keras_bert.task import PRECISIONS
 from exports import hub_layout
 from tasks import run_main
 
@@ -29,7 +30,7 @@ flags.DEFINE_string("export_dir", "exported", "Base folder TF Serving watches.")
 flags.DEFINE_string("model_name", None, "Model name (sub-folder). Default: the task name.")
 flags.DEFINE_integer("version", None, "Version number. Default: one more than the newest.")
 flags.DEFINE_bool("hub_layout", False, "Also export preprocessor and encoder, TF Hub style.")
-flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "float16"],
+flags.DEFINE_enum("precision", "float32", sorted(PRECISIONS),
                   "The export's compute precision, whatever the run trained in. float32 runs "
                   "at full speed on every CPU; bfloat16 is faster only on CPUs with AVX512-BF16 "
                   "or AMX (and on GPUs and TPUs), and may answer differently on near ties.")

@@ -21,6 +21,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import distribute
+from keras_bert.task import PRECISIONS
 from tasks import default_checkpoint, progress, runs
 
 FLAGS = flags.FLAGS
@@ -107,8 +108,8 @@ class Split:
 def create_strategy():
     """The strategy and mixed-precision policy the flags ask for."""
     strategy = distribute.create_strategy(FLAGS.strategy, FLAGS.num_cpu_devices, FLAGS.tpu)
-    policy = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
-    keras.config.set_dtype_policy(policy[FLAGS.mixed_precision])
+    precision = "float32" if FLAGS.mixed_precision == "none" else FLAGS.mixed_precision
+    keras.config.set_dtype_policy(PRECISIONS[precision])
     keras.utils.set_random_seed(FLAGS.seed)
     logging.info("strategy %s with %d replicas, dtype policy %s", FLAGS.strategy,
                  strategy.num_replicas_in_sync, keras.config.dtype_policy().name)  # fmt: skip
