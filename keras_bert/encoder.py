@@ -19,9 +19,11 @@ class BertEncoder(keras.Model):
       input_mask: 1 for real tokens, 0 for padding; padded positions get no attention.
       input_type_ids: segment ids, 0 for the first segment and 1 for the second.
     Outputs, a dict:
-      sequence_output: float32 (batch, seq, hidden_size), the last block's output.
+      sequence_output: float32 (batch, seq, hidden_size), the last block's output (0 at
+        padded positions: the blocks compute on real tokens only).
       pooled_output: (batch, hidden_size), tanh(dense(sequence_output[:, 0])).
-      encoder_outputs: list of num_hidden_layers float32 (batch, seq, hidden_size), one per block.
+      encoder_outputs: list of num_hidden_layers float32 (batch, seq, hidden_size), one per block
+        (0 at padded positions too).
     """
 
     def __init__(
@@ -87,13 +89,18 @@ class BertEncoder(keras.Model):
         # === Graph ===
         inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in INPUT_NAMES}
         x = embeddings(inputs["input_word_ids"], inputs["input_type_ids"])
+        # The blocks see the real tokens only, packed as (tokens, hidden); see layers.py.
+        # They only move float32 vectors: float32 policies, so that nothing casts on the way.
+        layout = layers.TokenLayout(dtype="float32", name="token_layout")(inputs["input_mask"])
+        tokens = layers.PackTokens(dtype="float32", name="pack_tokens")(x, layout)
+        unpack = layers.UnpackTokens(dtype="float32", name="unpack_tokens")
         encoder_outputs = []
         for block in blocks:
-            x = block(x, inputs["input_mask"])
-            encoder_outputs.append(x)
+            tokens = block(tokens, layout)
+            encoder_outputs.append(unpack(tokens, layout))  # (batch, seq, hidden)
         outputs = {
-            "sequence_output": x,
-            "pooled_output": pooler(x),
+            "sequence_output": encoder_outputs[-1],
+            "pooled_output": pooler(encoder_outputs[-1]),
             "encoder_outputs": encoder_outputs,
         }
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)

@@ -1,5 +1,11 @@
 """The layers of a BERT encoder: embeddings, self-attention, transformer block, pooler.
 
+Padding costs nothing in the blocks: they compute on the real tokens alone, packed into
+(tokens, hidden) (`TokenLayout` says where they sit), and only attention spreads them back to
+(batch, seq) for its batched products. On batches padded to their longest member (half the
+positions of SST-2 batches are padding) the dense products, which are most of the work, shrink
+accordingly; the numbers of the real positions do not change.
+
 Mixed precision: the embedding sum and every LayerNorm run in float32 (their layers carry a
 float32 dtype policy), and attention scores are cast to float32 before the softmax. The
 residual stream between blocks is therefore float32; the dense layers cast their inputs to the
@@ -110,6 +116,70 @@ class BertEmbeddings(keras.layers.Layer):
         }
 
 
+@_SERIALIZABLE
+class TokenLayout(keras.layers.Layer):
+    """Where the real tokens of a batch sit, so that the blocks compute on them alone.
+
+    Call with `input_mask`, int32 (batch, seq). Returns a dict of int32 tensors:
+      input_mask: the mask itself (attention hides the padded keys with it);
+      tokens: (tokens,), the flat (batch * seq) position of each real token, in order;
+      slots: (batch * seq,), each position's row among the packed tokens; 0 for padding: any
+        row does, since padded keys get no attention and padded queries are dropped.
+    Position 0 of every row counts as real even under a 0 mask (the pooler reads it, and a
+    batch of all-padding rows then still has a token to gather from).
+    """
+
+    def call(self, input_mask):
+        first = ops.ones_like(input_mask[:, :1])
+        real = ops.reshape(ops.concatenate([first, input_mask[:, 1:]], axis=1), (-1,)) > 0
+        tokens = tf.cast(tf.where(real)[:, 0], tf.int32)
+        slots = tf.where(real, tf.cumsum(tf.cast(real, tf.int32)) - 1, 0)
+        return {"input_mask": input_mask, "tokens": tokens, "slots": slots}
+
+    def compute_output_spec(self, input_mask):
+        # New tensors each (the functional graph tells tensors apart by identity).
+        return {"input_mask": keras.KerasTensor(input_mask.shape, dtype="int32"),
+                "tokens": keras.KerasTensor((None,), dtype="int32"),
+                "slots": keras.KerasTensor((None,), dtype="int32")}  # fmt: skip
+
+
+# Packing is a gather_nd and unpacking a scatter_nd: each is the other's gradient, where a
+# gather's gradient would sum its rows into a dense tensor (UnsortedSegmentSum, measured slower).
+def pack(x, layout):
+    """(batch, seq, hidden) -> (tokens, hidden): the real positions' vectors, in order."""
+    return tf.gather_nd(tf.reshape(x, (-1, x.shape[-1])), layout["tokens"][:, None])
+
+
+def unpack(tokens, layout):
+    """(tokens, hidden) -> (batch, seq, hidden), zeros at the padded positions."""
+    mask = layout["input_mask"]
+    shape = (ops.shape(mask)[0] * ops.shape(mask)[1], tokens.shape[-1])
+    spread = tf.scatter_nd(layout["tokens"][:, None], tokens, shape)
+    return tf.reshape(spread, (ops.shape(mask)[0], ops.shape(mask)[1], tokens.shape[-1]))
+
+
+@_SERIALIZABLE
+class PackTokens(keras.layers.Layer):
+    """`pack` as a layer of the encoder's functional graph."""
+
+    def call(self, x, layout):
+        return pack(x, layout)
+
+    def compute_output_shape(self, x_shape, layout_shape):
+        return (None, x_shape[-1])
+
+
+@_SERIALIZABLE
+class UnpackTokens(keras.layers.Layer):
+    """`unpack` as a layer of the encoder's functional graph."""
+
+    def call(self, tokens, layout):
+        return unpack(tokens, layout)
+
+    def compute_output_shape(self, tokens_shape, layout_shape):
+        return (layout_shape["input_mask"][0], layout_shape["input_mask"][1], tokens_shape[-1])
+
+
 def attention_bias(input_mask):
     """(batch, seq) 0/1 mask -> float32 (batch, 1, 1, seq) bias: 0 where attended, -1e9 not."""
     mask = ops.cast(input_mask, "float32")[:, None, None, :]
@@ -120,9 +190,9 @@ def attention_bias(input_mask):
 class BertSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product self-attention with its output projection.
 
-    Call with `x`, (batch, seq, hidden_size) or flattened to (batch * seq, hidden_size), and
-    `input_mask`, int32 (batch, seq), 1 for the positions that may be attended to. Returns x's
-    shape in the compute dtype.
+    Call with `tokens`, the real tokens packed as (tokens, hidden_size), and `layout`, the
+    `TokenLayout` of their batch (its input_mask says which keys may be attended to). Returns
+    (tokens, hidden_size) in the compute dtype.
     """
 
     def __init__(self, hidden_size, num_attention_heads, dropout_rate, initializer_range, **kwargs):
@@ -151,20 +221,22 @@ class BertSelfAttention(keras.layers.Layer):
         for layer in (self.query, self.key, self.value, self.output_dense):
             layer.build(input_shape)
 
-    def _split_heads(self, x, batch, seq):
+    def _split_heads(self, x, layout, batch, seq):
+        x = unpack(x, layout)  # (batch, seq, hidden): the tokens spread out, zeros between
         x = ops.reshape(x, (batch, seq, self.num_attention_heads, self.head_size))
         return ops.transpose(x, (0, 2, 1, 3))  # (batch, heads, seq, head_size)
 
-    def call(self, x, input_mask, training=None):
+    def call(self, tokens, layout, training=None):
+        input_mask = layout["input_mask"]
         batch, seq = ops.shape(input_mask)[0], ops.shape(input_mask)[1]
-        # The projections see (batch * seq, hidden): oneDNN fuses a rank-2 product with its
+        # The projections see rank 2 (tokens, hidden): oneDNN fuses a rank-2 product with its
         # bias (a rank-3 Dense is a Tensordot whose reshape keeps the two apart). The cast is
         # done once here, rather than in each of the three projections.
-        flat = ops.reshape(ops.cast(x, self.compute_dtype), (-1, self.hidden_size))
-        query = self._split_heads(self.query(flat), batch, seq)
-        key = self._split_heads(self.key(flat), batch, seq)
-        value = self._split_heads(self.value(flat), batch, seq)
-        query = query * ops.cast(1.0 / math.sqrt(self.head_size), query.dtype)
+        tokens = ops.cast(tokens, self.compute_dtype)
+        query = self.query(tokens) * ops.cast(1.0 / math.sqrt(self.head_size), self.compute_dtype)
+        query = self._split_heads(query, layout, batch, seq)
+        key = self._split_heads(self.key(tokens), layout, batch, seq)
+        value = self._split_heads(self.value(tokens), layout, batch, seq)
         scores = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))  # (batch, heads, seq, seq)
         # Softmax in float32: bfloat16 scores would lose the small differences between keys.
         scores = ops.cast(scores, "float32") + attention_bias(input_mask)
@@ -173,10 +245,11 @@ class BertSelfAttention(keras.layers.Layer):
         context = ops.matmul(probs, value)  # (batch, heads, seq, head_size)
         context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq, heads, head_size)
         context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, hidden)
-        return ops.reshape(self.output_dense(context), ops.shape(x))  # x's shape, rank 2 or 3
+        context = tf.gather_nd(context, layout["tokens"][:, None])  # (tokens, hidden)
+        return self.output_dense(context)
 
-    def compute_output_shape(self, x_shape, input_mask_shape):
-        return x_shape
+    def compute_output_shape(self, tokens_shape, layout_shape):
+        return tokens_shape
 
     def get_config(self):
         return {
@@ -192,8 +265,8 @@ class BertSelfAttention(keras.layers.Layer):
 class BertTransformerBlock(keras.layers.Layer):
     """Post-LN transformer block: LN(x + attention(x)), then LN(x + feed_forward(x)).
 
-    Call with `x`, float32 (batch, seq, hidden_size), and `input_mask`, int32 (batch, seq).
-    Returns float32 (batch, seq, hidden_size).
+    Call with `tokens`, float32 (tokens, hidden_size), the real tokens packed, and `layout`,
+    the `TokenLayout` of their batch. Returns float32 (tokens, hidden_size).
     """
 
     def __init__(
@@ -253,20 +326,18 @@ class BertTransformerBlock(keras.layers.Layer):
         self.output_dense.build((*input_shape[:-1], self.intermediate_size))
         self.output_layer_norm.build(input_shape)
 
-    def call(self, x, input_mask, training=None):
-        # Rank 2 inside the block, so that oneDNN fuses each product with its bias and the
-        # intermediate one with its GELU too (measured: benchmarks/profile_encoder.py).
-        flat = ops.reshape(x, (-1, self.hidden_size))  # (batch * seq, hidden)
-        attended = self.attention(flat, input_mask, training=training)
+    def call(self, tokens, layout, training=None):
+        # Rank 2, so that oneDNN fuses each product with its bias and the intermediate one
+        # with its GELU too (measured: benchmarks/profile_encoder.py).
+        attended = self.attention(tokens, layout, training=training)
         attended = self.attention_dropout(attended, training=training)
-        flat = self.attention_layer_norm(flat + ops.cast(attended, flat.dtype))
-        fed = self.output_dense(self.intermediate(flat))
+        tokens = self.attention_layer_norm(tokens + ops.cast(attended, tokens.dtype))
+        fed = self.output_dense(self.intermediate(tokens))
         fed = self.output_dropout(fed, training=training)
-        flat = self.output_layer_norm(flat + ops.cast(fed, flat.dtype))
-        return ops.reshape(flat, ops.shape(x))  # (batch, seq, hidden)
+        return self.output_layer_norm(tokens + ops.cast(fed, tokens.dtype))
 
-    def compute_output_shape(self, x_shape, input_mask_shape):
-        return x_shape
+    def compute_output_shape(self, tokens_shape, layout_shape):
+        return tokens_shape
 
     def get_config(self):
         return {

@@ -19,8 +19,29 @@ from conftest import random_inputs
 
 def attention_layer(**kwargs):
     layer = layers.BertSelfAttention(12, 3, 0.0, 0.02, **kwargs)
-    layer.build((None, None, 12))
+    layer.build((None, 12))
     return layer
+
+
+def on_tokens(layer, x, mask):
+    """A block or attention layer called as the encoder calls it: on x's real tokens, packed;
+    returns (batch, seq, hidden) with zeros at the padded positions."""
+    layout = layers.TokenLayout()(tf.constant(mask))
+    return layers.unpack(layer(layers.pack(tf.constant(x), layout), layout), layout)
+
+
+def test_token_layout_packs_real_tokens_and_unpacks_them_in_place():
+    mask = np.array([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]], "int32")
+    layout = layers.TokenLayout()(mask)
+    assert layout["tokens"].numpy().tolist() == [0, 1, 2, 4, 8, 9, 10, 11]
+    # Each position's row among the packed tokens (padding: row 0, never read for a real one).
+    assert layout["slots"].numpy().tolist() == [0, 1, 2, 0, 3, 0, 0, 0, 4, 5, 6, 7]
+    x = np.arange(3 * 4 * 2, dtype="float32").reshape(3, 4, 2) + 1
+    packed = layers.pack(tf.constant(x), layout)
+    assert packed.shape == (8, 2)
+    np.testing.assert_array_equal(layers.unpack(packed, layout), x * mask[..., None])
+    # Position 0 is computed even in an all-padding row (the pooler reads it).
+    assert layers.TokenLayout()(np.zeros((2, 3), "int32"))["tokens"].numpy().tolist() == [0, 3]
 
 
 def test_padded_positions_get_no_attention():
@@ -29,11 +50,14 @@ def test_padded_positions_get_no_attention():
     mask = np.array([[1, 1, 1, 1, 0, 0, 0], [1] * 7], "int32")
     changed = x.copy()
     changed[0, 4:] = 100.0  # whatever sits in the padding must not reach the real positions
-    a = layer(x, mask).numpy()
-    b = layer(changed, mask).numpy()
+    a = on_tokens(layer, x, mask).numpy()
+    b = on_tokens(layer, changed, mask).numpy()
     np.testing.assert_array_equal(a[0, :4], b[0, :4])
     np.testing.assert_array_equal(a[1], b[1])
-    assert not np.allclose(a[0, 4:], b[0, 4:])
+    np.testing.assert_array_equal(a[0, 4:], 0.0)  # padded positions are not computed
+    # The padded row computes what its four real tokens give alone, unpadded.
+    alone = on_tokens(layer, x[:1, :4], np.ones((1, 4), "int32")).numpy()
+    np.testing.assert_allclose(a[0, :4], alone[0], atol=1e-6)
 
 
 def test_attention_matches_a_plain_numpy_computation():
@@ -50,7 +74,8 @@ def test_attention_matches_a_plain_numpy_computation():
     probs /= probs.sum(-1, keepdims=True)
     context = (probs @ heads(v)).transpose(0, 2, 1, 3).reshape(2, 5, 12)
     expected = context @ layer.output_dense.kernel.numpy() + layer.output_dense.bias.numpy()
-    np.testing.assert_allclose(layer(x, mask).numpy(), expected, atol=1e-5)
+    expected = expected * mask[..., None]  # padded positions are not computed: 0
+    np.testing.assert_allclose(on_tokens(layer, x, mask).numpy(), expected, atol=1e-5)
 
 
 def test_gelu_forms_differ_and_match_their_formulas():
@@ -68,7 +93,7 @@ def test_gelu_forms_differ_and_match_their_formulas():
 def test_block_is_post_layer_norm():
     block = layers.BertTransformerBlock(12, 3, 37, "gelu", 0.0, 0.0, 0.02)
     x = np.random.default_rng(2).normal(3.0, 5.0, size=(2, 7, 12)).astype("float32")
-    y = block(x, np.ones((2, 7), "int32")).numpy()
+    y = on_tokens(block, x, np.ones((2, 7), "int32")).numpy()
     # The last operation is a LayerNorm with gamma=1, beta=0: each vector is standardised.
     np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-5)
     np.testing.assert_allclose(y.std(-1), 1.0, atol=1e-3)
@@ -130,7 +155,7 @@ def test_mixed_precision_keeps_layer_norm_and_softmax_in_float32():
     keras.config.set_dtype_policy("mixed_bfloat16")
     block = layers.BertTransformerBlock(12, 3, 37, "gelu", 0.0, 0.0, 0.02)
     x = tf.random.normal((2, 7, 12))
-    y = block(x, tf.ones((2, 7), tf.int32))
+    y = on_tokens(block, x, tf.ones((2, 7), tf.int32))
     assert block.attention_layer_norm.compute_dtype == "float32"
     assert block.output_layer_norm.compute_dtype == "float32"
     assert block.intermediate.compute_dtype == "bfloat16"
@@ -139,14 +164,15 @@ def test_mixed_precision_keeps_layer_norm_and_softmax_in_float32():
     # The softmax sees float32 scores: its result for a padded key is exactly 0, and the
     # attention output is still bfloat16 (the compute dtype) after the output projection.
     mask = tf.constant([[1, 1, 1, 0, 0, 0, 0]] * 2)
-    out = block.attention(x, mask)
+    out = on_tokens(block.attention, x, mask)
     assert out.dtype == tf.bfloat16
     # Padded keys get a weight of exactly 0: whatever the padded positions hold (here values a
     # thousand times larger), the real positions' outputs do not change by a single bit.
     noise = tf.random.normal((2, 4, 12), seed=5) * 1000.0
     loud = tf.concat([x[:, :3], noise], axis=1)
-    np.testing.assert_array_equal(block.attention(loud, mask)[:, :3].numpy(), out[:, :3].numpy())
-    assert not np.array_equal(block.attention(loud, tf.ones_like(mask))[:, :3].numpy(),
+    np.testing.assert_array_equal(on_tokens(block.attention, loud, mask)[:, :3].numpy(),
+                                  out[:, :3].numpy())  # fmt: skip
+    assert not np.array_equal(on_tokens(block.attention, loud, tf.ones_like(mask))[:, :3].numpy(),
                               out[:, :3].numpy())  # fmt: skip
 
 
