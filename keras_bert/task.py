@@ -121,7 +121,7 @@ class BertTask(keras.Model):
         `warmup_proportion` of the steps then linear decay to 0 at `total_steps`, and
         global-norm clipping; when `total_steps` is None, `fit` counts them. `layer_decay` < 1
         scales the rate of transformer block i by `layer_decay ** (num_layers - i)` and the
-        embeddings' by `layer_decay ** (num_layers + 1)` (optimization.LayerwiseAdamW)."""
+        embeddings' by `layer_decay ** (num_layers + 1)` (optimization.AdamW)."""
         loss = self.default_loss() if loss == "auto" else loss
         metrics = self.default_metrics() if metrics == "auto" else metrics
         self._recipe = None
