@@ -158,6 +158,23 @@ def unpack(tokens, layout):
     return tf.reshape(spread, (ops.shape(mask)[0], ops.shape(mask)[1], tokens.shape[-1]))
 
 
+def spread_for_attention(tokens, layout):
+    """(tokens, hidden) -> (batch * seq, hidden) for attention's batched products: a gather,
+    padded positions holding a copy of row 0 (they get no attention, and their queries' results
+    are dropped). That makes their gradient exactly 0, so the gradient of the spread is the real
+    positions' rows, gathered back; the gather's own gradient would sum rows into a dense
+    tensor instead. Measured on SST-2-shaped batches: a gather costs half a scatter_nd."""
+
+    @tf.custom_gradient
+    def spread(tokens):
+        def gradient(upstream):
+            return tf.gather_nd(upstream, layout["tokens"][:, None])
+
+        return tf.gather(tokens, layout["slots"]), gradient
+
+    return spread(tokens)
+
+
 @_SERIALIZABLE
 class PackTokens(keras.layers.Layer):
     """`pack` as a layer of the encoder's functional graph."""
@@ -222,7 +239,7 @@ class BertSelfAttention(keras.layers.Layer):
             layer.build(input_shape)
 
     def _split_heads(self, x, layout, batch, seq):
-        x = unpack(x, layout)  # (batch, seq, hidden): the tokens spread out, zeros between
+        x = spread_for_attention(x, layout)  # (batch * seq, hidden)
         x = ops.reshape(x, (batch, seq, self.num_attention_heads, self.head_size))
         return ops.transpose(x, (0, 2, 1, 3))  # (batch, heads, seq, head_size)
 

@@ -60,6 +60,37 @@ def test_padded_positions_get_no_attention():
     np.testing.assert_allclose(a[0, :4], alone[0], atol=1e-6)
 
 
+def test_gradients_through_packed_tokens_are_those_of_each_sequence_alone(monkeypatch):
+    # The spread for attention has a hand-written gradient (layers.spread_for_attention): the
+    # weights' and the inputs' gradients must be TensorFlow's own gradient of a plain gather,
+    # and what the unpadded sequences give one by one.
+    block = layers.BertTransformerBlock(12, 3, 37, "gelu", 0.0, 0.0, 0.02)
+    rng = np.random.default_rng(6)
+    x = tf.constant(rng.normal(size=(2, 7, 12)).astype("float32"))
+    weights = tf.constant(rng.normal(size=(2, 7, 12)).astype("float32"))
+    lengths = [4, 7]
+    mask = (np.arange(7)[None] < np.array(lengths)[:, None]).astype("int32")
+
+    def gradients(pieces):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = sum(tf.reduce_sum(on_tokens(block, x[rows, :n], m) * weights[rows, :n])
+                       for rows, n, m in pieces)  # fmt: skip
+        return tape.gradient(loss, [x] + block.trainable_weights)
+
+    together = gradients([(slice(0, 2), 7, mask)])
+    alone = gradients([(slice(i, i + 1), n, np.ones((1, n), "int32"))
+                       for i, n in enumerate(lengths)])  # fmt: skip
+    monkeypatch.setattr(layers, "spread_for_attention",
+                        lambda tokens, layout: tf.gather(tokens, layout["slots"]))  # fmt: skip
+    autodiff = gradients([(slice(0, 2), 7, mask)])
+    assert np.abs(together[0][0, 4:]).max() == 0.0  # the padded inputs do not matter
+    assert np.abs(autodiff[0]).max() > 0.01 and np.abs(autodiff[1]).max() > 0.001  # x, query
+    for ours, plain, each in zip(together, autodiff, alone):
+        np.testing.assert_allclose(ours, plain, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(ours, each, atol=1e-5)
+
+
 def test_attention_matches_a_plain_numpy_computation():
     layer = attention_layer()
     rng = np.random.default_rng(1)
