@@ -55,7 +55,7 @@ def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, ma
     model_name = model_name or model.name
     logging.info("exporting in %s (the run computed in %s)", precision,
                  model.encoder.policy.compute_dtype)  # fmt: skip
-    model = model.with_precision(precision)  # the hub layout's encoder too
+    model = model.with_precision(precision, for_inference=True)  # the hub layout's encoder too
     path = model.export(os.path.join(export_dir, model_name), version=version,
                         precision=precision)  # fmt: skip
     logging.info("exported %s", path)

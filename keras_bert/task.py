@@ -232,19 +232,26 @@ class BertTask(keras.Model):
         `precision` is the export's compute precision, whatever the model trained in:
         "float32" (the default) runs at full speed on every CPU; "bfloat16" is faster only
         where the CPU has AVX512-BF16 or AMX (and on GPUs and TPUs), and its answers can
-        differ from float32's on near ties."""
+        differ from float32's on near ties. A "bfloat16" or "float16" export stores its dense
+        weights in that precision (`with_precision(..., for_inference=True)`)."""
         if kwargs:
             raise ValueError(f"unexpected arguments {sorted(kwargs)}; keras_bert task models "
                              "export TF Serving SavedModels only")  # fmt: skip
-        return serving.export(self.with_precision(precision), filepath, version)
+        return serving.export(self.with_precision(precision, for_inference=True), filepath,
+                              version)  # fmt: skip
 
-    def with_precision(self, precision):
+    def with_precision(self, precision, for_inference=False):
         """This model computing in `precision` ("float32", "bfloat16" or "float16"; the latter
         two as Keras mixed precision): itself if it already does, else a copy sharing the
-        preprocessor and holding the same weights (variables are float32 under either)."""
+        preprocessor and holding the same weights (variables are float32 under either).
+
+        `for_inference=True` stores the dense layers' weights in `precision` too: the same
+        numbers as mixed precision computes (which casts them on every call), half the bytes
+        to read per call; for predicting and exporting, not for training. Embeddings and
+        LayerNorms stay float32 either way."""
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; use one of {sorted(PRECISIONS)}")
-        policy = PRECISIONS[precision]
+        policy = precision if for_inference else PRECISIONS[precision]
         if self.encoder.policy.name == policy:
             return self
         config = self.get_config()

@@ -225,6 +225,15 @@ def test_export_computes_in_the_precision_asked_not_the_one_it_trained_in(tiny_c
     as_float32 = model.with_precision("float32")
     assert as_float32.encoder.policy.name == "float32" and model.with_precision("bfloat16") is model
     assert as_float32.preprocessor is model.preprocessor
+    # For inference the dense weights are stored in bfloat16: the numbers mixed precision
+    # computes (it casts them on every call), to the bit.
+    stored = model.with_precision("bfloat16", for_inference=True)
+    assert stored.encoder.pooler.dense.kernel.dtype == "bfloat16"
+    assert stored.encoder.transformer_layers[0].intermediate.kernel.dtype == "bfloat16"
+    assert stored.encoder.embeddings.word_embeddings.embeddings.dtype == "float32"
+    assert stored.head.dense.kernel.dtype == "float32"  # logits are computed in float32
+    np.testing.assert_array_equal(stored.predict(SENTENCES, verbose=0),
+                                  model.predict(SENTENCES, verbose=0))  # fmt: skip
     expected = {"bfloat16": tf.nn.softmax(model.predict(SENTENCES, verbose=0)).numpy(),
                 "float32": tf.nn.softmax(as_float32.predict(SENTENCES, verbose=0)).numpy()}
     gap = np.abs(expected["bfloat16"] - expected["float32"]).max()
