@@ -5,6 +5,9 @@ Three folder layouts are understood:
                 release; TF1 variable names such as bert/encoder/layer_0/attention/self/query/kernel)
   huggingface:  config.json, model.safetensors, vocab.txt (never pickled PyTorch files)
   keras:        encoder.keras, keras_bert.json, vocab.txt (this project's own)
+A finished fine-tuning run's folder (model.keras: a whole task model, vocabulary inside) is
+recognised too (format "run"): `read_config` reads its encoder's config, and the task models'
+`from_checkpoint` start from it (keras_bert.task.load_pretrained); `load_checkpoint` refuses it.
 The masked-LM (cls/predictions/...) and next-sentence (cls/seq_relationship/...) heads are read
 when the checkpoint has them, and written when given. Loading is all or nothing: a missing,
 unexpected or misshapen variable is an error that names it.
@@ -33,6 +36,7 @@ from keras_bert.vocabulary import read_json as _read_json
 
 GOOGLE, HUGGING_FACE, KERAS = "google", "huggingface", "keras"
 FORMATS = (GOOGLE, HUGGING_FACE, KERAS)
+RUN = "run"  # a fine-tuned task model's folder (model.keras); read, never written here
 
 # Google's code computes "gelu" with the tanh approximation; it has no exact-erf GELU, which we
 # write as "gelu_exact" so that Google's code refuses it rather than computing other numbers.
@@ -77,6 +81,8 @@ def detect_format(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
     if os.path.isfile(os.path.join(folder, "keras_bert.json")):
         return KERAS, folder
+    if os.path.isfile(os.path.join(folder, "model.keras")):
+        return RUN, folder
     if os.path.isfile(os.path.join(folder, "model.safetensors")):
         return HUGGING_FACE, folder
     if os.path.isfile(os.path.join(folder, "bert_config.json")):
@@ -88,7 +94,8 @@ def detect_format(path):
         )
     raise ValueError(
         f"{path} is not a BERT checkpoint: expected bert_config.json (Google), "
-        "model.safetensors + config.json (Hugging Face) or keras_bert.json"
+        "model.safetensors + config.json (Hugging Face), keras_bert.json, or the model.keras of "
+        "a finished run"
     )
 
 
@@ -110,13 +117,16 @@ def _google_prefix(path):
 def read_config(path):
     """The `BertConfig` of a checkpoint in any of the three layouts, read without its weights."""
     fmt, folder = detect_format(path)
-    if fmt == KERAS:
-        source = os.path.join(folder, "encoder.keras")
+    if fmt in (KERAS, RUN):
+        source = os.path.join(folder, "encoder.keras" if fmt == KERAS else "model.keras")
         try:
             with zipfile.ZipFile(source) as archive:
                 values = json.loads(archive.read("config.json"))["config"]
-        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
-            raise ValueError(f"{source} is not a saved keras-bert encoder: {e}") from None
+            if fmt == RUN:
+                values = values["encoder"]["config"]
+        except (OSError, KeyError, TypeError, ValueError, zipfile.BadZipFile) as e:
+            what = "encoder" if fmt == KERAS else "task model"
+            raise ValueError(f"{source} is not a saved keras-bert {what}: {e}") from None
     elif fmt == GOOGLE:
         source = os.path.join(folder, "bert_config.json")
         values = _read_json(source)
@@ -195,6 +205,10 @@ def _load_hugging_face(folder):
 def load_checkpoint(path, do_lower_case=None):
     """Loads a checkpoint in any of the three layouts into a `BertCheckpoint`."""
     fmt, folder = detect_format(path)
+    if fmt == RUN:
+        raise ValueError(f"{folder} is a fine-tuned task model (model.keras), not a checkpoint: "
+                         "a task model's from_checkpoint (a task's --init_checkpoint) starts from "
+                         "it, or take keras.saving.load_model(...).encoder")  # fmt: skip
     vocab_file, lower_case = find_vocabulary(folder, do_lower_case)
     masked_lm = next_sentence = None
     if fmt == KERAS:

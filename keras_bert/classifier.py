@@ -63,7 +63,7 @@ class BertClassifier(BertTask):
                         do_lower_case=None, **kwargs):  # fmt: skip
         """A classifier on a pre-trained checkpoint (Google, Hugging Face or keras-bert folder)
         with a new head; `num_segments=2` for sentence pairs."""
-        encoder, tokenizer = load_pretrained(path, do_lower_case, sequence_length)
+        encoder, tokenizer, _ = load_pretrained(path, do_lower_case, sequence_length)
         preprocessor = BertPreprocessor.from_tokenizer(tokenizer, sequence_length,
                                                        num_segments=num_segments)  # fmt: skip
         return cls(encoder, preprocessor, num_classes, **kwargs)
@@ -140,7 +140,7 @@ class BertMultipleChoice(BertTask):
     @classmethod
     def from_checkpoint(cls, path, num_choices=4, *, sequence_length=128, do_lower_case=None,
                         **kwargs):  # fmt: skip
-        encoder, tokenizer = load_pretrained(path, do_lower_case, sequence_length)
+        encoder, tokenizer, _ = load_pretrained(path, do_lower_case, sequence_length)
         preprocessor = BertMultipleChoicePreprocessor.from_tokenizer(
             tokenizer, sequence_length, num_choices=num_choices)
         return cls(encoder, preprocessor, num_choices, **kwargs)

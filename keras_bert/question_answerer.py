@@ -54,12 +54,18 @@ class BertQuestionAnswerer(BertTask):
     def from_checkpoint(cls, path, *, sequence_length=384, max_query_length=64, doc_stride=128,
                         n_best_size=20, max_answer_length=30, max_windows=64, do_lower_case=None,
                         **kwargs):  # fmt: skip
-        encoder, tokenizer = load_pretrained(path, do_lower_case, sequence_length)
+        """A question answerer on a checkpoint folder with a new span head, or on a finished
+        run's folder: a SQuAD run's span head is kept too (a v2.0 run from a v1.1 run, say);
+        the window settings are this call's."""
+        encoder, tokenizer, source = load_pretrained(path, do_lower_case, sequence_length)
         windows = SpanWindows.from_tokenizer(
             tokenizer, sequence_length, max_query_length=max_query_length,
             doc_stride=doc_stride, n_best_size=n_best_size, max_answer_length=max_answer_length,
             max_windows=max_windows)  # fmt: skip
-        return cls(encoder, windows, **kwargs)
+        model = cls(encoder, windows, **kwargs)
+        if isinstance(source, BertQuestionAnswerer):  # a finished SQuAD run: keep its span head
+            model.head.set_weights(source.head.get_weights())
+        return model
 
     @property
     def threshold(self):

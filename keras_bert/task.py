@@ -9,6 +9,7 @@ that trains is the graph that `predict` and an export run.
 """
 
 import dataclasses
+import os
 
 import keras
 import numpy as np
@@ -43,12 +44,29 @@ def check_sequence_length(sequence_length, config, what="sequence_length"):
 
 
 def load_pretrained(path, do_lower_case=None, sequence_length=None):
-    """(encoder, tokenizer) of a Google, Hugging Face or keras-bert checkpoint folder; with
-    `sequence_length`, checked against the checkpoint before its weights load."""
+    """(encoder, tokenizer, task model) of a Google, Hugging Face or keras-bert checkpoint
+    folder, or of a finished run's folder (its model.keras); with `sequence_length`, checked
+    against the checkpoint before its weights load.
+
+    From a run, the encoder is a copy of the run's (fine-tuned weights, computing in today's
+    Keras dtype policy) with the run's tokenizer, and the third item is the run's task model, so
+    that a model of the same kind can keep its head (SQuAD v2.0 from a v1.1 run, say). From a
+    checkpoint, the third item is None."""
     if sequence_length is not None:
         check_sequence_length(sequence_length, checkpoints.read_config(path))
-    checkpoint = checkpoints.load_checkpoint(path, do_lower_case)
-    return checkpoint.encoder, BertTokenizer(checkpoint.vocab_file, checkpoint.do_lower_case)
+    if checkpoints.detect_format(path)[0] != checkpoints.RUN:
+        checkpoint = checkpoints.load_checkpoint(path, do_lower_case)
+        tokenizer = BertTokenizer(checkpoint.vocab_file, checkpoint.do_lower_case)
+        return checkpoint.encoder, tokenizer, None
+    run = keras.saving.load_model(os.path.join(checkpoints.detect_format(path)[1], "model.keras"))
+    tokenizer = run.preprocessor.tokenizer
+    if do_lower_case is not None and do_lower_case != tokenizer.do_lower_case:
+        raise ValueError(f"{path} was fine-tuned with do_lower_case={tokenizer.do_lower_case}; "
+                         f"its vocabulary cannot be used with do_lower_case={do_lower_case}")
+    config = {**run.encoder.get_config(), "dtype": None}  # None: today's global policy
+    encoder = type(run.encoder).from_config(config)
+    encoder.set_weights(run.encoder.get_weights())
+    return encoder, tokenizer, run
 
 
 def _as_tensors(value):

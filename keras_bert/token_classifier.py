@@ -50,7 +50,7 @@ class BertTokenClassifier(BertTask):
 
     @classmethod
     def from_checkpoint(cls, path, tags, *, sequence_length=128, do_lower_case=None, **kwargs):
-        encoder, tokenizer = load_pretrained(path, do_lower_case, sequence_length)
+        encoder, tokenizer, _ = load_pretrained(path, do_lower_case, sequence_length)
         tagger = WordTagger.from_tokenizer(tokenizer, sequence_length, tags=tags)
         return cls(encoder, tagger, **kwargs)
 

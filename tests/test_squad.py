@@ -279,3 +279,38 @@ def test_squad_export_serves_the_python_answers(squad_v2_run, tmp_path):
     ):
         assert no_answer == (answer == "")
         assert context[start:end] == answer if start >= 0 else answer == ""
+
+
+def test_a_finished_squad_run_starts_another_with_its_encoder_and_span_head(squad_v2_run,
+                                                                            tmp_path):  # fmt: skip
+    """--init_checkpoint (from_checkpoint) of a run's folder: SQuAD v2.0 from a v1.1 run, say."""
+    import keras
+
+    from keras_bert import BertClassifier, BertQuestionAnswerer, checkpoints
+
+    run_dir, _ = squad_v2_run
+    source = keras.saving.load_model(os.path.join(run_dir, "model.keras"))
+    assert checkpoints.read_config(run_dir) == source.encoder.config
+    model = BertQuestionAnswerer.from_checkpoint(run_dir, sequence_length=48, max_query_length=12,
+                                                 doc_stride=16, version_2_with_negative=False)  # fmt: skip
+    assert model.preprocessor.sequence_length == 48  # the windows are this call's
+    assert model.preprocessor.tokenizer.vocabulary == source.preprocessor.tokenizer.vocabulary
+    for ours, theirs in zip(model.encoder.weights + model.head.weights,
+                            source.encoder.weights + source.head.weights):  # fmt: skip
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    # Another kind of model takes the fine-tuned encoder with a new head.
+    classifier = BertClassifier.from_checkpoint(run_dir, num_classes=3, sequence_length=32)
+    np.testing.assert_array_equal(classifier.encoder.weights[3].numpy(),
+                                  source.encoder.weights[3].numpy())  # fmt: skip
+    with pytest.raises(ValueError, match="fine-tuned task model"):
+        checkpoints.load_checkpoint(run_dir)
+    # The binary: a v2.0 run from the finished run, at a learning rate too small to move the
+    # weights, ends with the run's span head (a new head would be a random one).
+    next_dir = str(tmp_path / "next")
+    run_with_flags(squad.run, train_file=os.path.join(SQUAD, "train-v2.0.json"),
+                   predict_file=os.path.join(SQUAD, "dev-v2.0.json"), version_2_with_negative=True,
+                   output_dir=next_dir, init_checkpoint=run_dir, max_train_examples=8,
+                   **{**SMALL, "learning_rate": 1e-12})  # fmt: skip
+    trained = keras.saving.load_model(os.path.join(next_dir, "model.keras"))
+    for ours, theirs in zip(trained.head.weights, source.head.weights):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-6)
