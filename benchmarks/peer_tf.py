@@ -3,6 +3,7 @@
 The serving jobs import only tensorflow and tensorflow_text, as TF Serving runs an export.
 """
 
+import functools
 import os
 import sys
 
@@ -86,6 +87,14 @@ def encoder_jobs(opts):
             for _ in range(steps):
                 realize(forward(x)["sequence_output"])
             return steps * tokens, "tokens"
+
+        if precision != "float32":
+            # What a bfloat16 export runs (task.with_precision(..., for_inference=True)): the
+            # dense weights stored in bfloat16 rather than cast on every call.
+            stored = BertEncoder(**{**config.to_dict(), "dtype": precision})
+            stored.set_weights(encoder.get_weights())
+            jobs[f"{precision}/forward~stored_weights"] = functools.partial(
+                run_forward, tf.function(lambda x: stored(x, training=False)))
 
         def run_train(classifier=classifier):
             for _ in range(steps):

@@ -10,7 +10,8 @@ Each side runs in a worker process (benchmarks/peer_tf.py, benchmarks/peer_torch
 up once and then times one job at a time when asked. This process asks the two sides in turn,
 round after round, in alternating order (the machine is shared and noisy), and reports for each
 job both sides' medians and the ratio keras_bert / PyTorch (> 1: keras_bert is faster).
-Jobs only one side has (the bare matrix-product ceiling) are reported alone.
+Jobs only one side has (the bare matrix-product ceiling) are reported alone; a job `X~variant`
+is a variant of X on one side, compared with the other side's X.
 """
 
 import json
@@ -110,9 +111,9 @@ def agreement(opts):
 def compare(results):
     """keras_bert's rate over PyTorch's best variant (job@precision) of the same job."""
     for job, sides in results.items():
-        ours = sides.get("keras_bert")
+        ours, base = sides.get("keras_bert"), job.split("~")[0]
         peers = {name: r for name, r in results.items()
-                 if "pytorch" in r and (name == job or name.startswith(job + "@"))}  # fmt: skip
+                 if "pytorch" in r and (name == base or name.startswith(base + "@"))}  # fmt: skip
         if ours and peers:
             best = max(peers, key=lambda name: peers[name]["pytorch"]["per_s"])
             sides["ratio"] = ours["per_s"] / peers[best]["pytorch"]["per_s"]
@@ -163,9 +164,9 @@ def main(argv):
               "sides": {side: workers[side].info for side in SIDES}, "results": results,
               "agreement": agreement(opts)}
     ceiling = results.get("bfloat16/matmul_ceiling", {}).get("keras_bert")
-    if ceiling and "bfloat16/forward" in results:
-        report["bfloat16_forward_of_ceiling"] = (
-            results["bfloat16/forward"]["keras_bert"]["per_s"] / ceiling["per_s"])
+    for job in ("bfloat16/forward", "bfloat16/forward~stored_weights"):
+        if ceiling and job in results:
+            report[f"{job}_of_ceiling"] = results[job]["keras_bert"]["per_s"] / ceiling["per_s"]
     text = json.dumps(report, indent=2)
     if FLAGS.output:
         with open(FLAGS.output, "w", encoding="utf-8") as f:
