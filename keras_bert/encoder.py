@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_bert import layers
+from keras_bert import layers, packing
 from keras_bert.config import BertConfig
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
@@ -89,11 +89,11 @@ class BertEncoder(keras.Model):
         # === Graph ===
         inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in INPUT_NAMES}
         x = embeddings(inputs["input_word_ids"], inputs["input_type_ids"])
-        # The blocks see the real tokens only, packed as (tokens, hidden); see layers.py.
-        # They only move float32 vectors: float32 policies, so that nothing casts on the way.
-        layout = layers.TokenLayout(dtype="float32", name="token_layout")(inputs["input_mask"])
-        tokens = layers.PackTokens(dtype="float32", name="pack_tokens")(x, layout)
-        unpack = layers.UnpackTokens(dtype="float32", name="unpack_tokens")
+        # The blocks see the real tokens only, packed as (tokens, hidden) (packing.py). These
+        # layers only move float32 vectors: float32 policies, so that nothing casts on the way.
+        layout = packing.TokenLayout(dtype="float32", name="token_layout")(inputs["input_mask"])
+        tokens = packing.PackTokens(dtype="float32", name="pack_tokens")(x, layout)
+        unpack = packing.UnpackTokens(dtype="float32", name="unpack_tokens")
         encoder_outputs = []
         for block in blocks:
             tokens = block(tokens, layout)

@@ -1,10 +1,7 @@
 """The layers of a BERT encoder: embeddings, self-attention, transformer block, pooler.
 
-Padding costs nothing in the blocks: they compute on the real tokens alone, packed into
-(tokens, hidden) (`TokenLayout` says where they sit), and only attention spreads them back to
-(batch, seq) for its batched products. On batches padded to their longest member (half the
-positions of SST-2 batches are padding) the dense products, which are most of the work, shrink
-accordingly; the numbers of the real positions do not change.
+The blocks compute on the real tokens alone, packed into (tokens, hidden) (keras_bert/packing.py);
+only attention spreads them back to (batch, seq) for its batched products.
 
 Mixed precision: the embedding sum and every LayerNorm run in float32 (their layers carry a
 float32 dtype policy), and attention scores are cast to float32 before the softmax. The
@@ -19,6 +16,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_bert.config import LAYER_NORM_EPSILON
+from keras_bert.packing import pack, spread_for_attention
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 
@@ -116,87 +114,6 @@ class BertEmbeddings(keras.layers.Layer):
         }
 
 
-@_SERIALIZABLE
-class TokenLayout(keras.layers.Layer):
-    """Where the real tokens of a batch sit, so that the blocks compute on them alone.
-
-    Call with `input_mask`, int32 (batch, seq). Returns a dict of int32 tensors:
-      input_mask: the mask itself (attention hides the padded keys with it);
-      tokens: (tokens,), the flat (batch * seq) position of each real token, in order;
-      slots: (batch * seq,), each position's row among the packed tokens; 0 for padding: any
-        row does, since padded keys get no attention and padded queries are dropped.
-    Position 0 of every row counts as real even under a 0 mask (the pooler reads it, and a
-    batch of all-padding rows then still has a token to gather from).
-    """
-
-    def call(self, input_mask):
-        first = ops.ones_like(input_mask[:, :1])
-        real = ops.reshape(ops.concatenate([first, input_mask[:, 1:]], axis=1), (-1,)) > 0
-        tokens = tf.cast(tf.where(real)[:, 0], tf.int32)
-        slots = tf.where(real, tf.cumsum(tf.cast(real, tf.int32)) - 1, 0)
-        return {"input_mask": input_mask, "tokens": tokens, "slots": slots}
-
-    def compute_output_spec(self, input_mask):
-        # New tensors each (the functional graph tells tensors apart by identity).
-        return {"input_mask": keras.KerasTensor(input_mask.shape, dtype="int32"),
-                "tokens": keras.KerasTensor((None,), dtype="int32"),
-                "slots": keras.KerasTensor((None,), dtype="int32")}  # fmt: skip
-
-
-# Packing is a gather_nd and unpacking a scatter_nd: each is the other's gradient, where a
-# gather's gradient would sum its rows into a dense tensor (UnsortedSegmentSum, measured slower).
-def pack(x, layout):
-    """(batch, seq, hidden) -> (tokens, hidden): the real positions' vectors, in order."""
-    return tf.gather_nd(tf.reshape(x, (-1, x.shape[-1])), layout["tokens"][:, None])
-
-
-def unpack(tokens, layout):
-    """(tokens, hidden) -> (batch, seq, hidden), zeros at the padded positions."""
-    mask = layout["input_mask"]
-    shape = (ops.shape(mask)[0] * ops.shape(mask)[1], tokens.shape[-1])
-    spread = tf.scatter_nd(layout["tokens"][:, None], tokens, shape)
-    return tf.reshape(spread, (ops.shape(mask)[0], ops.shape(mask)[1], tokens.shape[-1]))
-
-
-def spread_for_attention(tokens, layout):
-    """(tokens, hidden) -> (batch * seq, hidden) for attention's batched products: a gather,
-    padded positions holding a copy of row 0 (they get no attention, and their queries' results
-    are dropped). That makes their gradient exactly 0, so the gradient of the spread is the real
-    positions' rows, gathered back; the gather's own gradient would sum rows into a dense
-    tensor instead. Measured on SST-2-shaped batches: a gather costs half a scatter_nd."""
-
-    @tf.custom_gradient
-    def spread(tokens):
-        def gradient(upstream):
-            return tf.gather_nd(upstream, layout["tokens"][:, None])
-
-        return tf.gather(tokens, layout["slots"]), gradient
-
-    return spread(tokens)
-
-
-@_SERIALIZABLE
-class PackTokens(keras.layers.Layer):
-    """`pack` as a layer of the encoder's functional graph."""
-
-    def call(self, x, layout):
-        return pack(x, layout)
-
-    def compute_output_shape(self, x_shape, layout_shape):
-        return (None, x_shape[-1])
-
-
-@_SERIALIZABLE
-class UnpackTokens(keras.layers.Layer):
-    """`unpack` as a layer of the encoder's functional graph."""
-
-    def call(self, tokens, layout):
-        return unpack(tokens, layout)
-
-    def compute_output_shape(self, tokens_shape, layout_shape):
-        return (layout_shape["input_mask"][0], layout_shape["input_mask"][1], tokens_shape[-1])
-
-
 def attention_bias(input_mask):
     """(batch, seq) 0/1 mask -> float32 (batch, 1, 1, seq) bias: 0 where attended, -1e9 not."""
     mask = ops.cast(input_mask, "float32")[:, None, None, :]
@@ -208,7 +125,7 @@ class BertSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product self-attention with its output projection.
 
     Call with `tokens`, the real tokens packed as (tokens, hidden_size), and `layout`, the
-    `TokenLayout` of their batch (its input_mask says which keys may be attended to). Returns
+    `packing.TokenLayout` of their batch (its input_mask says which keys may be attended to). Returns
     (tokens, hidden_size) in the compute dtype.
     """
 
@@ -262,7 +179,7 @@ class BertSelfAttention(keras.layers.Layer):
         context = ops.matmul(probs, value)  # (batch, heads, seq, head_size)
         context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq, heads, head_size)
         context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, hidden)
-        context = tf.gather_nd(context, layout["tokens"][:, None])  # (tokens, hidden)
+        context = pack(context, layout)  # (tokens, hidden)
         return self.output_dense(context)
 
     def compute_output_shape(self, tokens_shape, layout_shape):
@@ -283,7 +200,7 @@ class BertTransformerBlock(keras.layers.Layer):
     """Post-LN transformer block: LN(x + attention(x)), then LN(x + feed_forward(x)).
 
     Call with `tokens`, float32 (tokens, hidden_size), the real tokens packed, and `layout`,
-    the `TokenLayout` of their batch. Returns float32 (tokens, hidden_size).
+    the `packing.TokenLayout` of their batch. Returns float32 (tokens, hidden_size).
     """
 
     def __init__(

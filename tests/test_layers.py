@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_bert import layers
+from keras_bert import layers, packing
 from keras_bert.heads import (
     ClassifierHead,
     FoldChoices,
@@ -26,22 +26,22 @@ def attention_layer(**kwargs):
 def on_tokens(layer, x, mask):
     """A block or attention layer called as the encoder calls it: on x's real tokens, packed;
     returns (batch, seq, hidden) with zeros at the padded positions."""
-    layout = layers.TokenLayout()(tf.constant(mask))
-    return layers.unpack(layer(layers.pack(tf.constant(x), layout), layout), layout)
+    layout = packing.TokenLayout()(tf.constant(mask))
+    return packing.unpack(layer(packing.pack(tf.constant(x), layout), layout), layout)
 
 
 def test_token_layout_packs_real_tokens_and_unpacks_them_in_place():
     mask = np.array([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]], "int32")
-    layout = layers.TokenLayout()(mask)
+    layout = packing.TokenLayout()(mask)
     assert layout["tokens"].numpy().tolist() == [0, 1, 2, 4, 8, 9, 10, 11]
     # Each position's row among the packed tokens (padding: row 0, never read for a real one).
     assert layout["slots"].numpy().tolist() == [0, 1, 2, 0, 3, 0, 0, 0, 4, 5, 6, 7]
     x = np.arange(3 * 4 * 2, dtype="float32").reshape(3, 4, 2) + 1
-    packed = layers.pack(tf.constant(x), layout)
+    packed = packing.pack(tf.constant(x), layout)
     assert packed.shape == (8, 2)
-    np.testing.assert_array_equal(layers.unpack(packed, layout), x * mask[..., None])
+    np.testing.assert_array_equal(packing.unpack(packed, layout), x * mask[..., None])
     # Position 0 is computed even in an all-padding row (the pooler reads it).
-    assert layers.TokenLayout()(np.zeros((2, 3), "int32"))["tokens"].numpy().tolist() == [0, 3]
+    assert packing.TokenLayout()(np.zeros((2, 3), "int32"))["tokens"].numpy().tolist() == [0, 3]
 
 
 def test_padded_positions_get_no_attention():
@@ -61,7 +61,7 @@ def test_padded_positions_get_no_attention():
 
 
 def test_gradients_through_packed_tokens_are_those_of_each_sequence_alone(monkeypatch):
-    # The spread for attention has a hand-written gradient (layers.spread_for_attention): the
+    # The spread for attention has a hand-written gradient (packing.spread_for_attention): the
     # weights' and the inputs' gradients must be TensorFlow's own gradient of a plain gather,
     # and what the unpadded sequences give one by one.
     block = layers.BertTransformerBlock(12, 3, 37, "gelu", 0.0, 0.0, 0.02)
