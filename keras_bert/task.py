@@ -54,11 +54,15 @@ def load_pretrained(path, do_lower_case=None, sequence_length=None):
     checkpoint, the third item is None."""
     if sequence_length is not None:
         check_sequence_length(sequence_length, checkpoints.read_config(path))
-    if checkpoints.detect_format(path)[0] != checkpoints.RUN:
+    fmt, folder = checkpoints.detect_format(path)
+    if fmt != checkpoints.RUN:
         checkpoint = checkpoints.load_checkpoint(path, do_lower_case)
         tokenizer = BertTokenizer(checkpoint.vocab_file, checkpoint.do_lower_case)
         return checkpoint.encoder, tokenizer, None
-    run = keras.saving.load_model(os.path.join(checkpoints.detect_format(path)[1], "model.keras"))
+    run = keras.saving.load_model(os.path.join(folder, "model.keras"))
+    if not isinstance(run, BertTask):
+        raise ValueError(f"{folder}/model.keras is a {type(run).__name__}, not a keras_bert task "
+                         "model: pass a checkpoint folder or a keras_bert run's output folder")
     tokenizer = run.preprocessor.tokenizer
     if do_lower_case is not None and do_lower_case != tokenizer.do_lower_case:
         raise ValueError(f"{path} was fine-tuned with do_lower_case={tokenizer.do_lower_case}; "

@@ -51,7 +51,7 @@ def extract(*args, prefix=("-m", "tasks.extract_features"), expect=0):
 
 def direct(checkpoint, texts, sequence_length=32):
     """(ids, encoder_outputs) of each text, from the library's encoder called directly."""
-    encoder, tokenizer = load_pretrained(checkpoint)
+    encoder, tokenizer, _ = load_pretrained(checkpoint)
     preprocess = {n: BertPreprocessor.from_tokenizer(tokenizer, sequence_length, num_segments=n)
                   for n in (1, 2)}  # fmt: skip
     results = []
