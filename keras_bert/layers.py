@@ -215,6 +215,9 @@ class BertTransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        # The residual stream stays float32: Keras would cast a mixed-precision block's input
+        # to bfloat16, rounding the skip connections; the sublayers cast what they compute on.
+        self._convert_input_args = False
         self.hidden_size = hidden_size
         self.num_attention_heads = num_attention_heads
         self.intermediate_size = intermediate_size

@@ -207,6 +207,22 @@ def test_mixed_precision_keeps_layer_norm_and_softmax_in_float32():
                               out[:, :3].numpy())  # fmt: skip
 
 
+def test_mixed_precision_keeps_the_residual_stream_in_float32():
+    # x exactly representable in bfloat16 (|x| in [0.5, 4)), plus a step below half its
+    # bfloat16 ulp: a block that rounded its input to bfloat16 would not see the step at all.
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    block = layers.BertTransformerBlock(12, 3, 37, "gelu", 0.0, 0.0, 0.02)
+    rng = np.random.default_rng(8)
+    magnitudes = tf.cast(tf.constant(rng.uniform(0.5, 4.0, (2, 7, 12)), tf.bfloat16), tf.float32)
+    x = magnitudes * rng.choice([-1.0, 1.0], (2, 7, 12)).astype("float32")
+    step = 2.0**-10
+    assert np.array_equal(tf.cast(tf.cast(x + step, tf.bfloat16), tf.float32), x)
+    mask = np.ones((2, 7), "int32")
+    a, b = on_tokens(block, x, mask).numpy(), on_tokens(block, x + step, mask).numpy()
+    assert a.dtype == np.float32 and not np.array_equal(a, b)
+    np.testing.assert_allclose(a, b, atol=0.05)  # the step, through two LayerNorms
+
+
 def test_random_inputs_helper_masks_padding():
     inputs = random_inputs(lengths=[7, 3, 1])
     assert inputs["input_mask"].sum(1).tolist() == [7, 3, 1]
