@@ -125,8 +125,8 @@ class BertSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product self-attention with its output projection.
 
     Call with `tokens`, the real tokens packed as (tokens, hidden_size), and `layout`, the
-    `packing.TokenLayout` of their batch (its input_mask says which keys may be attended to). Returns
-    (tokens, hidden_size) in the compute dtype.
+    `packing.TokenLayout` of their batch (its input_mask says which keys may be attended to).
+    Returns (tokens, hidden_size) in the compute dtype.
     """
 
     def __init__(self, hidden_size, num_attention_heads, dropout_rate, initializer_range, **kwargs):

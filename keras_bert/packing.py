@@ -52,10 +52,10 @@ def pack(x, layout):
 
 def unpack(tokens, layout):
     """(tokens, hidden) -> (batch, seq, hidden), zeros at the padded positions."""
-    mask = layout["input_mask"]
-    shape = (ops.shape(mask)[0] * ops.shape(mask)[1], tokens.shape[-1])
-    spread = tf.scatter_nd(layout["tokens"][:, None], tokens, shape)
-    return tf.reshape(spread, (ops.shape(mask)[0], ops.shape(mask)[1], tokens.shape[-1]))
+    batch, seq = ops.shape(layout["input_mask"])
+    hidden = tokens.shape[-1]
+    spread = tf.scatter_nd(layout["tokens"][:, None], tokens, (batch * seq, hidden))
+    return tf.reshape(spread, (batch, seq, hidden))
 
 
 def spread_for_attention(tokens, layout):
