@@ -136,9 +136,10 @@ def train(model, rows):
         for _ in range(FLAGS.num_train_epochs):
             for chunk in batches(rows, rng):
                 inputs = batch_tensors([rows[i] for i in chunk])
+                inputs["start_positions"] = torch.tensor([rows[i][2] for i in chunk])
+                inputs["end_positions"] = torch.tensor([rows[i][3] for i in chunk])
                 with autocast():
-                    loss = model(**inputs, start_positions=torch.tensor([rows[i][2] for i in chunk]),
-                                 end_positions=torch.tensor([rows[i][3] for i in chunk])).loss  # fmt: skip
+                    loss = model(**inputs).loss
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
@@ -198,7 +199,8 @@ def main(argv):
     del argv
     torch.manual_seed(FLAGS.seed)
     folder = FLAGS.init_checkpoint or default_checkpoint()
-    tokenizer = BertTokenizerFast(os.path.join(folder, "vocab.txt"), do_lower_case=FLAGS.do_lower_case)
+    tokenizer = BertTokenizerFast(os.path.join(folder, "vocab.txt"),
+                                  do_lower_case=FLAGS.do_lower_case)  # fmt: skip
     model = BertForQuestionAnswering.from_pretrained(folder)
     rows = training_windows(tokenizer)
     logging.info("%d training windows", len(rows))
@@ -207,7 +209,8 @@ def main(argv):
     with open(FLAGS.predict_file, encoding="utf-8") as f:
         data = json.load(f)["data"]
     report = {"peer": f"torch {torch.__version__}, transformers {transformers.__version__}",
-              "training_windows": len(rows), "answers_forced": squad_metrics.evaluate(data, answers)}  # fmt: skip
+              "training_windows": len(rows),
+              "answers_forced": squad_metrics.evaluate(data, answers)}  # fmt: skip
     if FLAGS.version_2_with_negative:
         report["threshold_0"] = squad_metrics.evaluate(data, answers, odds, 0.0)
     if FLAGS.output_dir:
