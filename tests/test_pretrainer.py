@@ -1,6 +1,7 @@
 """BertPretrainer as a task model: masked-LM + next-sentence pre-training on raw sentence pairs."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -92,6 +93,48 @@ def test_fit_on_raw_pairs_learns_and_the_checkpoint_round_trips(pretrainer, tmp_
     for ours, theirs in zip(pretrainer.weights, reloaded.weights):
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=ours.path)
     assert reloaded.preprocessor.tokenizer.vocabulary == pretrainer.preprocessor.tokenizer.vocabulary
+
+
+def book_sentences(name, encoding="utf-8"):
+    with open(os.path.join(DATA, "pretrain", name), encoding=encoding) as f:
+        text = " ".join(f.read().split())
+    return [s for s in re.split(r"(?<=[.!?]) ", text) if len(s.split()) >= 4]
+
+
+@pytest.mark.slow
+def test_next_sentence_head_learns_on_minilm(minilm_dir):
+    # Three books and the sample text, a document each: a random second sentence comes from
+    # another book. Pairs whose first sentence is in the last quarter of its book are held out.
+    books = [book_sentences("persuasion_part.txt"), book_sentences("moby_crlf_part.txt"),
+             book_sentences("caesar_latin1_part.txt", "latin-1"), *documents()]  # fmt: skip
+    firsts, seconds, labels = keras_bert.sentence_pairs(books, seed=0)
+    place = {}  # where in its book a sentence first appears, 0 to 1
+    for book in books:
+        for i, sentence in enumerate(book):
+            place.setdefault(sentence, i / len(book))
+    held_out = np.array([place[a] >= 0.75 for a in firsts])
+    pairs, labels = np.array([firsts, seconds], object), np.array(labels)
+    train, test = (tuple(map(list, pairs[:, m])) for m in (~held_out, held_out))
+    keras.utils.set_random_seed(0)
+    model = keras_bert.BertPretrainer.from_checkpoint(minilm_dir, sequence_length=64,
+                                                      max_predictions=10)  # fmt: skip
+    assert model.next_sentence.weights  # MiniLM has no NSP (nor masked-LM) head: both new
+    # The new masked-LM head's loss (ln 30522 at first) swamps the NSP signal at this size
+    # (weighted 1: held-out accuracy 0.512 after the same 3 epochs); weighted 0, the test
+    # reads the NSP path alone.
+    model.compile(learning_rate=5e-5, loss_weights={"masked_lm": 0.0, "next_sentence": 1.0})
+
+    def held_out_accuracy():
+        scores = model.predict(test, batch_size=32, verbose=0)["next_sentence"]
+        return np.mean(scores.argmax(-1) == labels[held_out])
+
+    before = held_out_accuracy()
+    model.fit(train, labels[~held_out], batch_size=16, epochs=3, verbose=0)
+    after = held_out_accuracy()
+    # 127 held-out pairs, half random: chance is 0.5 +- 0.045. Measured 0.496 -> 0.795 (seeds
+    # 1 and 2: 0.551 -> 0.740, 0.504 -> 0.803).
+    assert len(test[0]) == 127 and abs(np.mean(labels[held_out]) - 0.5) < 0.01
+    assert before < 0.62 and after > 0.68
 
 
 def test_saved_pretrainer_predicts_alone_in_another_process(pretrainer, tmp_path):
