@@ -7,6 +7,9 @@ from keras_bert import layers
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 
+# A span logit at a padded position: exp(PADDING_LOGIT - any real logit) is 0 in float32.
+PADDING_LOGIT = -10000.0
+
 
 @_SERIALIZABLE
 class MaskedLMHead(keras.layers.Layer):
@@ -182,7 +185,11 @@ class FoldChoices(keras.layers.Layer):
 @_SERIALIZABLE
 class SpanLabelerHead(keras.layers.Layer):
     """Start and end logits for every position (SQuAD): (batch, seq, hidden) in, a dict of two
-    float32 (batch, seq) tensors out, `start_logits` and `end_logits`."""
+    float32 (batch, seq) tensors out, `start_logits` and `end_logits`.
+
+    With `input_mask` (batch, seq), padded positions get PADDING_LOGIT, no probability in a
+    softmax over the window: the loss of a window is then the same whatever padding its batch
+    has (the original run_squad.py left padding's logits in the softmax)."""
 
     def __init__(self, initializer_range=0.02, **kwargs):
         super().__init__(**kwargs)
@@ -194,14 +201,17 @@ class SpanLabelerHead(keras.layers.Layer):
             name="dense",
         )
 
-    def build(self, sequence_output_shape):
+    def build(self, sequence_output_shape, input_mask_shape=None):
         self.dense.build(sequence_output_shape)
 
-    def call(self, sequence_output):
+    def call(self, sequence_output, input_mask=None):
         logits = self.dense(sequence_output)  # (batch, seq, 2)
+        if input_mask is not None:
+            real = ops.expand_dims(ops.cast(input_mask, "bool"), -1)  # (batch, seq, 1)
+            logits = ops.where(real, logits, PADDING_LOGIT)
         return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
 
-    def compute_output_shape(self, sequence_output_shape):
+    def compute_output_shape(self, sequence_output_shape, input_mask_shape=None):
         shape = tuple(sequence_output_shape[:-1])
         return {"start_logits": shape, "end_logits": shape}
 

@@ -41,8 +41,8 @@ class BertQuestionAnswerer(BertTask):
         head = SpanLabelerHead(encoder.config.initializer_range, name="spans")
         # === Graph ===
         inputs = {n: keras.Input((None,), dtype="int32", name=n) for n in INPUT_NAMES}
-        super().__init__(inputs=inputs, outputs=head(encoder(inputs)["sequence_output"]),
-                         **kwargs)  # fmt: skip
+        logits = head(encoder(inputs)["sequence_output"], inputs["input_mask"])
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
         # === Config ===
         self.encoder = encoder
         self.preprocessor = preprocessor

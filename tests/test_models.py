@@ -14,6 +14,7 @@ import tensorflow as tf
 from conftest import served_in_clean_process
 
 import keras_bert
+from keras_bert.encoder import INPUT_NAMES
 
 SENTENCES = ["a gripping , moving film", "dull and far too long", "a delight", "tedious mess"]
 LABELS = [1, 0, 1, 0]
@@ -178,6 +179,30 @@ def test_question_answerer_learns_spans_and_reloads(tiny_checkpoint, tmp_path):
     again = reloaded.predict((QUESTIONS, [PASSAGE] * 3), verbose=0)
     assert again["answer"].tolist() == result["answer"].tolist()
     assert not result["passage_cut"].any()
+
+
+def test_a_windows_span_loss_does_not_depend_on_its_batchs_padding(tiny_checkpoint):
+    model = keras_bert.BertQuestionAnswerer.from_checkpoint(tiny_checkpoint, sequence_length=48,
+                                                            max_query_length=12)  # fmt: skip
+    start = PASSAGE.index(ANSWERS[0])
+    windows = model.preprocessor.windows(
+        tf.constant(QUESTIONS[:2]), tf.constant(["a short one .", PASSAGE]),
+        tf.constant([-1, start], tf.int64), tf.constant([-1, start + len(ANSWERS[0])], tf.int64))
+    x = {n: windows[n] for n in INPUT_NAMES}
+    length = int(x["input_mask"][0].numpy().sum())
+    assert length < x["input_mask"].shape[1]  # the short window is padded in the batch
+
+    def losses(inputs, rows):
+        logits = model(inputs)
+        return [keras.losses.sparse_categorical_crossentropy(
+            windows[f"{side}_positions"][rows], logits[f"{side}_logits"], from_logits=True
+        ).numpy() for side in ("start", "end")]  # fmt: skip
+
+    padded = losses(x, slice(0, 2))
+    alone = losses(tf.nest.map_structure(lambda t: t[:1, :length], x), slice(0, 1))
+    # Padding's logits used to add to the softmax's sum: 3.19 padded against 2.59 alone.
+    for side_padded, side_alone in zip(padded, alone):
+        np.testing.assert_allclose(side_padded[:1], side_alone, rtol=1e-6)
 
 
 def test_question_answerer_bounds_the_windows_of_a_long_passage(tiny_checkpoint):
