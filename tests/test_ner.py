@@ -145,7 +145,7 @@ def test_ner_predictions_file_reproduces_its_scores(ner_run):
     dev = ner.read_conll(os.path.join(CONLL, "train.txt")).head(40)
     assert [" ".join(w for w, _, _ in s) for s in sentences] == dev.texts["sentence"]
     assert [[g for _, g, _ in s] for s in sentences] == dev.labels
-    assert scores["dev"]["f1"] > 0
+    assert scores["dev"]["f1"] > 30  # measured 54.1; an untrained head scores above 0, by chance
     recomputed = ner.conll_scores([[g for _, g, _ in s] for s in sentences],
                                   [[p for _, _, p in s] for s in sentences])  # fmt: skip
     assert recomputed == scores["dev"]

@@ -314,3 +314,17 @@ def test_a_finished_squad_run_starts_another_with_its_encoder_and_span_head(squa
     trained = keras.saving.load_model(os.path.join(next_dir, "model.keras"))
     for ours, theirs in zip(trained.head.weights, source.head.weights):
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-6)
+
+
+def test_squad_binary_learns_its_training_questions(tmp_path, tiny_checkpoint):
+    # 15 questions trained on (eight copies, so that epochs are few) and scored on: a 2-layer
+    # random encoder memorises their spans (measured F1 88.6), which it cannot with its labels
+    # shuffled or its head cut off from the loss.
+    dev = os.path.join(SQUAD, "dev-v1.1.json")
+    data = squad.read_squad(dev)
+    (tmp_path / "train.json").write_text(json.dumps({"version": "1.1", "data": data * 8}),
+                                         encoding="utf-8")  # fmt: skip
+    scores = run_with_flags(squad.run, train_file=str(tmp_path / "train.json"), predict_file=dev,
+                            output_dir=str(tmp_path / "run"), init_checkpoint=tiny_checkpoint,
+                            **{**SMALL, "num_train_epochs": 3.0, "learning_rate": 1e-2})  # fmt: skip
+    assert scores["total"] == 15 and scores["f1"] > 60
