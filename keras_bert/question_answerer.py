@@ -35,6 +35,8 @@ class BertQuestionAnswerer(BertTask):
     character offsets [start, end) of the answer in its passage, start -1 for no answer.
     """
 
+    trains_pooler = False
+
     def __init__(self, encoder, preprocessor, version_2_with_negative=False,
                  null_score_diff_threshold=0.0, **kwargs):  # fmt: skip
         # === Layers ===

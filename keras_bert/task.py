@@ -95,6 +95,19 @@ class BertTask(keras.Model):
     """Base class of the task models; subclasses build the functional graph and define
     `preprocess_batch`, `default_loss` and `serving_functions`."""
 
+    # A task whose head reads only sequence_output (spans, tags) leaves the pooler out of
+    # training: it gets no gradient, and Keras would warn of that at every fit.
+    trains_pooler = True
+
+    @property
+    def trainable_weights(self):
+        weights = super().trainable_weights
+        encoder = getattr(self, "encoder", None)  # None while the functional graph is built
+        if self.trains_pooler or encoder is None:
+            return weights
+        pooler = {id(w) for w in encoder.pooler.weights}
+        return [w for w in weights if id(w) not in pooler]
+
     def preprocess_batch(self, x, y=None, sample_weight=None):
         """One batch of raw data -> (encoder inputs, targets, weights), in the graph."""
         return self.preprocessor(x), y, sample_weight

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 import zipfile
 
 import keras
@@ -203,6 +204,25 @@ def test_a_windows_span_loss_does_not_depend_on_its_batchs_padding(tiny_checkpoi
     # Padding's logits used to add to the softmax's sum: 3.19 padded against 2.59 alone.
     for side_padded, side_alone in zip(padded, alone):
         np.testing.assert_allclose(side_padded[:1], side_alone, rtol=1e-6)
+
+
+def test_span_and_tag_models_leave_the_pooler_out_of_training(tiny_checkpoint, classifier):
+    model = keras_bert.BertQuestionAnswerer.from_checkpoint(
+        tiny_checkpoint, sequence_length=32, max_query_length=12, doc_stride=8)
+    pooler = [w.path for w in model.encoder.pooler.weights]
+    assert len(pooler) == 2 and not set(pooler) & {w.path for w in model.trainable_weights}
+    assert set(pooler) <= {w.path for w in classifier.trainable_weights}
+    before = model.encoder.pooler.get_weights()
+    starts = [PASSAGE.index(a) for a in ANSWERS]
+    model.compile(learning_rate=1e-2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit((QUESTIONS, [PASSAGE] * 3), (starts, [s + 1 for s in starts]), verbose=0)
+    # Keras warned "Gradients do not exist for variables ['pooler/dense/kernel', ...]".
+    assert not [w for w in caught if "Gradients do not exist" in str(w.message)]
+    for old, new in zip(before, model.encoder.pooler.get_weights()):
+        np.testing.assert_array_equal(old, new)
+    assert len(model.weights) == len(model.trainable_weights) + len(pooler)
 
 
 def test_question_answerer_bounds_the_windows_of_a_long_passage(tiny_checkpoint):
