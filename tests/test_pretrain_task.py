@@ -126,11 +126,16 @@ def test_two_workers_pretrain_to_identical_weights(tmp_path, pretraining_data, m
     for a, b in zip(chief.encoder.weights + chief.masked_lm.weights,
                     other.encoder.weights + other.masked_lm.weights):  # fmt: skip
         np.testing.assert_array_equal(a.numpy(), b.numpy())
-    # ... and both trained: their weights are no longer MiniLM's.
-    start = checkpoints.load_checkpoint(minilm_dir).encoder
-    moved = [not np.array_equal(a.numpy(), b.numpy())
-             for a, b in zip(start.weights, chief.encoder.weights)]  # fmt: skip
-    assert np.mean(moved) > 0.9
+    # ... and they learnt together. Both report the metrics of the whole cluster; from a random
+    # start (masked-LM loss ln(30522) = 10.33) the second loop's mean loss is far below the
+    # first's. Measured (deterministic here): masked-LM loss 10.05 -> 9.34, accuracy 0.048 ->
+    # 0.075; with the heads cut off from the loss it stays at 10.3. (20 steps learn word
+    # frequencies only, so shuffled labels would pass here; the test above catches those.)
+    chief_history = json.loads((tmp_path / "history.json").read_text())
+    assert json.loads((tmp_path / "worker_1" / "history.json").read_text()) == chief_history
+    loss, accuracy = chief_history["masked_lm_loss"], chief_history["masked_lm_accuracy"]
+    assert len(loss) == 2 and loss[1] < min(loss[0] - 0.4, 9.8)
+    assert accuracy[1] > accuracy[0] > 0.02
 
 
 @pytest.mark.slow
