@@ -114,6 +114,55 @@ class BertEmbeddings(keras.layers.Layer):
         }
 
 
+# The same bits as an integer of the same width: see swap_heads_and_positions.
+_SAME_WIDTH_INT = {"float32": tf.int32, "bfloat16": tf.int16, "float16": tf.int16}
+
+
+@tf.custom_gradient
+def swap_heads_and_positions(x):
+    """(batch, seq, heads, size) <-> (batch, heads, seq, size): attention's transposes.
+
+    The transpose runs on the integer view of x's bits. oneDNN replaces every floating-point
+    Transpose with its own, which builds a reorder each call: 41 microseconds for a 10-token
+    sentence's (1, 10, 12, 32), where TensorFlow's own kernel (which integers keep) takes 4; on
+    BERT-base batches the two are as fast (benchmarks/README.md). Its own inverse, and so its
+    own gradient.
+    """
+
+    def swap(t):
+        integer = _SAME_WIDTH_INT[t.dtype.name]
+        return tf.bitcast(tf.transpose(tf.bitcast(t, integer), (0, 2, 1, 3)), t.dtype)
+
+    return swap(x), swap
+
+
+# Attention over at most this many (batch * seq * seq) scores per head runs on TensorFlow's own
+# kernels, above it on oneDNN's. oneDNN's batched products and softmax cost 30 to 60
+# microseconds a call however small the input: 125 per block for a 10-token sentence, against 9
+# for TensorFlow's. Its products win from about 2 x 40 x 40 (float32; bfloat16 from 1 x 64 x 64)
+# and run BERT-base batches 2 to 4 times as fast.
+SMALL_ATTENTION = 1600
+
+
+def small_batch_matmul(x, y, adjoint_b=False):
+    """x @ y (or y transposed) on TensorFlow's own kernel: oneDNN replaces BatchMatMulV2 only."""
+    return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype, adj_y=adjoint_b)
+
+
+def small_softmax(scores):
+    """The softmax over the last axis, as plain element-wise ops and reductions (oneDNN
+    replaces the Softmax op)."""
+    exp = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
+    return exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
+
+
+def _cond(pred, true_fn, false_fn):
+    """tf.cond, or the one branch when pred is known while tracing (static shapes)."""
+    if isinstance(pred, bool):
+        return true_fn() if pred else false_fn()
+    return tf.cond(pred, true_fn, false_fn)
+
+
 def attention_bias(input_mask):
     """(batch, seq) 0/1 mask -> float32 (batch, 1, 1, seq) bias: 0 where attended, -1e9 not."""
     mask = ops.cast(input_mask, "float32")[:, None, None, :]
@@ -158,7 +207,7 @@ class BertSelfAttention(keras.layers.Layer):
     def _split_heads(self, x, layout, batch, seq):
         x = spread_for_attention(x, layout)  # (batch * seq, hidden)
         x = ops.reshape(x, (batch, seq, self.num_attention_heads, self.head_size))
-        return ops.transpose(x, (0, 2, 1, 3))  # (batch, heads, seq, head_size)
+        return swap_heads_and_positions(x)  # (batch, heads, seq, head_size)
 
     def call(self, tokens, layout, training=None):
         input_mask = layout["input_mask"]
@@ -171,13 +220,20 @@ class BertSelfAttention(keras.layers.Layer):
         query = self._split_heads(query, layout, batch, seq)
         key = self._split_heads(self.key(tokens), layout, batch, seq)
         value = self._split_heads(self.value(tokens), layout, batch, seq)
-        scores = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))  # (batch, heads, seq, seq)
-        # Softmax in float32: bfloat16 scores would lose the small differences between keys.
-        scores = ops.cast(scores, "float32") + attention_bias(input_mask)
-        probs = tf.nn.softmax(scores, axis=-1)  # keras.ops warns needlessly when seq == 1
+        small = batch * seq * seq <= SMALL_ATTENTION
+        bias = attention_bias(input_mask)
+
+        def attention_probs(matmul, softmax):
+            scores = matmul(query, key, adjoint_b=True)  # (batch, heads, seq, seq)
+            # Softmax in float32: bfloat16 scores would lose the small differences between keys.
+            return softmax(ops.cast(scores, "float32") + bias)
+
+        probs = _cond(small, lambda: attention_probs(small_batch_matmul, small_softmax),
+                      lambda: attention_probs(tf.linalg.matmul, tf.nn.softmax))  # fmt: skip
         probs = self.dropout(ops.cast(probs, self.compute_dtype), training=training)
-        context = ops.matmul(probs, value)  # (batch, heads, seq, head_size)
-        context = ops.transpose(context, (0, 2, 1, 3))  # (batch, seq, heads, head_size)
+        context = _cond(small, lambda: small_batch_matmul(probs, value),
+                        lambda: tf.linalg.matmul(probs, value))  # (batch, heads, seq, head_size)
+        context = swap_heads_and_positions(context)  # (batch, seq, heads, head_size)
         context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, hidden)
         context = pack(context, layout)  # (tokens, hidden)
         return self.output_dense(context)

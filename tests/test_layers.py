@@ -17,6 +17,14 @@ from keras_bert.heads import (
 from conftest import random_inputs
 
 
+@pytest.fixture(params=["tensorflow", "onednn"])
+def attention_kernels(request, monkeypatch):
+    """Runs a test on each of attention's kernel sets: TensorFlow's own (the small inputs of
+    these tests get them) and oneDNN's (what larger batches get)."""
+    monkeypatch.setattr(layers, "SMALL_ATTENTION", 10**9 if request.param == "tensorflow" else -1)
+    return request.param
+
+
 def attention_layer(**kwargs):
     layer = layers.BertSelfAttention(12, 3, 0.0, 0.02, **kwargs)
     layer.build((None, 12))
@@ -44,7 +52,7 @@ def test_token_layout_packs_real_tokens_and_unpacks_them_in_place():
     assert packing.TokenLayout()(np.zeros((2, 3), "int32"))["tokens"].numpy().tolist() == [0, 3]
 
 
-def test_padded_positions_get_no_attention():
+def test_padded_positions_get_no_attention(attention_kernels):
     layer = attention_layer()
     x = np.random.default_rng(0).normal(size=(2, 7, 12)).astype("float32")
     mask = np.array([[1, 1, 1, 1, 0, 0, 0], [1] * 7], "int32")
@@ -60,7 +68,9 @@ def test_padded_positions_get_no_attention():
     np.testing.assert_allclose(a[0, :4], alone[0], atol=1e-6)
 
 
-def test_gradients_through_packed_tokens_are_those_of_each_sequence_alone(monkeypatch):
+def test_gradients_through_packed_tokens_are_those_of_each_sequence_alone(
+    monkeypatch, attention_kernels
+):
     # The spread for attention has a hand-written gradient (packing.spread_for_attention): the
     # weights' and the inputs' gradients must be TensorFlow's own gradient of a plain gather,
     # and what the unpadded sequences give one by one.
@@ -91,7 +101,7 @@ def test_gradients_through_packed_tokens_are_those_of_each_sequence_alone(monkey
         np.testing.assert_allclose(ours, each, atol=1e-5)
 
 
-def test_attention_matches_a_plain_numpy_computation():
+def test_attention_matches_a_plain_numpy_computation(attention_kernels):
     layer = attention_layer()
     rng = np.random.default_rng(1)
     x = rng.normal(size=(2, 5, 12)).astype("float32")
@@ -107,6 +117,38 @@ def test_attention_matches_a_plain_numpy_computation():
     expected = context @ layer.output_dense.kernel.numpy() + layer.output_dense.bias.numpy()
     expected = expected * mask[..., None]  # padded positions are not computed: 0
     np.testing.assert_allclose(on_tokens(layer, x, mask).numpy(), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_swapping_heads_and_positions_is_a_transpose_and_its_own_gradient(dtype):
+    x = tf.cast(tf.random.normal((2, 5, 3, 4), seed=3), dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layers.swap_heads_and_positions(x)
+        weights = tf.reshape(tf.range(120, dtype="float32"), (2, 3, 5, 4))
+        loss = tf.reduce_sum(tf.cast(y, "float32") * weights)
+    assert y.dtype == dtype
+    np.testing.assert_array_equal(y.numpy(), np.transpose(x.numpy(), (0, 2, 1, 3)))
+    expected = np.transpose(np.arange(120, dtype="float32").reshape(2, 3, 5, 4), (0, 2, 1, 3))
+    np.testing.assert_array_equal(tf.cast(tape.gradient(loss, x), "float32"), expected)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_both_attention_kernel_sets_compute_the_same(policy, monkeypatch):
+    keras.config.set_dtype_policy(policy)
+    block = layers.BertTransformerBlock(12, 3, 37, "gelu", 0.0, 0.0, 0.02)
+    x = np.random.default_rng(4).normal(size=(3, 9, 12)).astype("float32")
+    mask = (np.arange(9)[None] < np.array([[9], [4], [1]])).astype("int32")
+    results = []
+    for limit in (10**9, -1):
+        monkeypatch.setattr(layers, "SMALL_ATTENTION", limit)
+        with tf.GradientTape() as tape:
+            y = on_tokens(block, x, mask)
+            loss = tf.reduce_sum(y * y)
+        results.append([y] + tape.gradient(loss, block.trainable_weights))
+    atol = 1e-5 if policy == "float32" else 0.05  # bfloat16 sums in another order
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, atol=atol * max(1, np.abs(theirs).max()))
 
 
 def test_gelu_forms_differ_and_match_their_formulas():
@@ -182,7 +224,7 @@ def test_masked_lm_head_ties_the_embedding_and_scores_only_masked_positions():
     assert not np.allclose(head(other, positions).numpy()[0, 1], logits.numpy()[0, 1])
 
 
-def test_mixed_precision_keeps_layer_norm_and_softmax_in_float32():
+def test_mixed_precision_keeps_layer_norm_and_softmax_in_float32(attention_kernels):
     keras.config.set_dtype_policy("mixed_bfloat16")
     block = layers.BertTransformerBlock(12, 3, 37, "gelu", 0.0, 0.0, 0.02)
     x = tf.random.normal((2, 7, 12))
