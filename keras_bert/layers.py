@@ -34,8 +34,60 @@ def initializer(stddev):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
+def _cond(pred, true_fn, false_fn):
+    """tf.cond, or the one branch when pred is known while tracing (static shapes)."""
+    if isinstance(pred, bool):
+        return true_fn() if pred else false_fn()
+    return tf.cond(pred, true_fn, false_fn)
+
+
 def layer_norm(name):
-    return keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, dtype="float32", name=name)
+    return BertLayerNorm(epsilon=LAYER_NORM_EPSILON, dtype="float32", name=name)
+
+
+# A LayerNorm over more than this many values runs as one fused op; up to it, as a few plain ones.
+FUSED_LAYER_NORM = 65536
+
+
+@_SERIALIZABLE
+class BertLayerNorm(keras.layers.LayerNormalization):
+    """Keras's LayerNormalization over the last axis (the same weights and numbers), faster.
+
+    Large inputs: the normalisation is TensorFlow's FusedBatchNormV3 over the rows (one channel
+    per row), which oneDNN fuses with the scale and shift into a single LayerNorm op; Keras's
+    own form runs as ten element-wise ops and reductions. (BatchNorm's Python wrapper raises
+    epsilon to 1.001e-5; the op itself takes BERT's 1e-12.) Small inputs: oneDNN's op costs
+    about 100 microseconds a call however few the rows, so they run as plain ops. Measured on
+    (rows, 384), float32: 12 rows 15 us plain (Keras 18), fused 128; 1,000 rows fused 190 us,
+    Keras 470.
+    """
+
+    def call(self, inputs):
+        if self.axis not in ([-1], [len(inputs.shape) - 1]) or self.rms_scaling:
+            return super().call(inputs)
+        x = tf.cast(inputs, "float32")
+        shape = tf.shape(x)
+        rows = tf.reshape(x, (-1, x.shape[-1]))
+        size = tf.size(rows) if rows.shape.num_elements() is None else rows.shape.num_elements()
+        normalized = _cond(size > FUSED_LAYER_NORM, lambda: self._fused(rows),
+                           lambda: self._plain(rows))  # fmt: skip
+        return ops.cast(tf.reshape(normalized, shape), self.compute_dtype)
+
+    def _plain(self, rows):
+        centered = rows - tf.reduce_mean(rows, axis=-1, keepdims=True)
+        variance = tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True)
+        return centered * (tf.math.rsqrt(variance + self.epsilon) * self.gamma) + self.beta
+
+    def _fused(self, rows):
+        # The exact pattern oneDNN's graph rewrite looks for: Reshape, FusedBatchNormV3 with
+        # unit scale and zero offset (Fill), Reshape, Mul by gamma, Add beta.
+        count = tf.shape(rows)[:1]
+        empty = tf.zeros((0,), "float32")
+        normalized = tf.raw_ops.FusedBatchNormV3(
+            x=tf.reshape(rows, (1, -1, rows.shape[-1], 1)), scale=tf.ones(count),
+            offset=tf.zeros(count), mean=empty, variance=empty, epsilon=self.epsilon,
+            data_format="NCHW", is_training=True)[0]  # fmt: skip
+        return tf.reshape(normalized, tf.shape(rows)) * self.gamma + self.beta
 
 
 @_SERIALIZABLE
@@ -154,13 +206,6 @@ def small_softmax(scores):
     replaces the Softmax op)."""
     exp = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
     return exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
-
-
-def _cond(pred, true_fn, false_fn):
-    """tf.cond, or the one branch when pred is known while tracing (static shapes)."""
-    if isinstance(pred, bool):
-        return true_fn() if pred else false_fn()
-    return tf.cond(pred, true_fn, false_fn)
 
 
 def attention_bias(input_mask):

@@ -151,6 +151,35 @@ def test_both_attention_kernel_sets_compute_the_same(policy, monkeypatch):
         np.testing.assert_allclose(ours, theirs, atol=atol * max(1, np.abs(theirs).max()))
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_layer_norm_matches_keras_in_values_and_gradients(fused, monkeypatch):
+    # Both of BertLayerNorm's forms (plain ops for small inputs, one fused op for large), in a
+    # tf.function, where oneDNN's graph rewrite fuses the large form into one LayerNorm op.
+    monkeypatch.setattr(layers, "FUSED_LAYER_NORM", -1 if fused else 10**12)
+    rng = np.random.default_rng(9)
+    ours, keras_own = layers.layer_norm("ours"), keras.layers.LayerNormalization(epsilon=1e-12)
+    gamma_and_beta = [rng.normal(size=24).astype("float32") for _ in range(2)]
+    for layer in (ours, keras_own):
+        layer.build((None, 24))
+        layer.set_weights(gamma_and_beta)
+    x = tf.constant(rng.normal(size=(3, 5, 24)) * 1e-3, "float32")  # variance 1e-6
+    weights = tf.constant(rng.normal(size=(3, 5, 24)), "float32")
+
+    @tf.function
+    def values_and_gradients(layer):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(y * weights)
+        return [y] + tape.gradient(loss, [x] + layer.trainable_weights)
+
+    expected = values_and_gradients(keras_own)
+    for got, want in zip(values_and_gradients(ours), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    inference = tf.function(lambda x: ours(x))(x)  # no gradient: the fused op
+    np.testing.assert_allclose(inference, expected[0], rtol=1e-5, atol=1e-5)
+
+
 def test_gelu_forms_differ_and_match_their_formulas():
     x = np.linspace(-4, 4, 81).astype("float32")
     exact = layers.activation("gelu")(x).numpy()
@@ -257,7 +286,9 @@ def test_mixed_precision_keeps_the_residual_stream_in_float32():
     rng = np.random.default_rng(8)
     magnitudes = tf.cast(tf.constant(rng.uniform(0.5, 4.0, (2, 7, 12)), tf.bfloat16), tf.float32)
     x = magnitudes * rng.choice([-1.0, 1.0], (2, 7, 12)).astype("float32")
-    step = 2.0**-10
+    # The step on the first feature only: LayerNorm would cancel one added to every feature.
+    step = np.zeros((12,), "float32")
+    step[0] = 2.0**-10
     assert np.array_equal(tf.cast(tf.cast(x + step, tf.bfloat16), tf.float32), x)
     mask = np.ones((2, 7), "int32")
     a, b = on_tokens(block, x, mask).numpy(), on_tokens(block, x + step, mask).numpy()
