@@ -265,7 +265,8 @@ class BertSelfAttention(keras.layers.Layer):
         query = self._split_heads(query, layout, batch, seq)
         key = self._split_heads(self.key(tokens), layout, batch, seq)
         value = self._split_heads(self.value(tokens), layout, batch, seq)
-        small = batch * seq * seq <= SMALL_ATTENTION
+        # (TensorFlow's BatchMatMulV3 has no float16 kernel on CPUs: float16 runs on oneDNN.)
+        small = self.compute_dtype != "float16" and batch * seq * seq <= SMALL_ATTENTION
         bias = attention_bias(input_mask)
 
         def attention_probs(matmul, softmax):
