@@ -265,8 +265,10 @@ class BertSelfAttention(keras.layers.Layer):
         query = self._split_heads(query, layout, batch, seq)
         key = self._split_heads(self.key(tokens), layout, batch, seq)
         value = self._split_heads(self.value(tokens), layout, batch, seq)
-        # (TensorFlow's BatchMatMulV3 has no float16 kernel on CPUs: float16 runs on oneDNN.)
-        small = self.compute_dtype != "float16" and batch * seq * seq <= SMALL_ATTENTION
+        # Only where oneDNN would run them: not on GPUs, and not in float16 (TensorFlow's
+        # BatchMatMulV3 has no float16 kernel on CPUs).
+        small = (self.compute_dtype != "float16" and not tf.config.list_logical_devices("GPU")
+                 and batch * seq * seq <= SMALL_ATTENTION)  # fmt: skip
         bias = attention_bias(input_mask)
 
         def attention_probs(matmul, softmax):
