@@ -4,6 +4,7 @@
     python -m benchmarks.peers --bench=encoder      # BERT-base forward / training step, f32 and bf16
     python -m benchmarks.peers --bench=tokenizer    # the tokenizer alone, SST-2 dev sentences
     python -m benchmarks.peers --bench=serving      # strings in, labels out (needs an export)
+        [--onednn_frozen_weights]                   # ... as the README's TF Serving setting
     python -m benchmarks.peers --bench=finetune     # fine-tuning MiniLM on SST-2, examples/s
 
 Each side runs in a worker process (benchmarks/peer_tf.py, benchmarks/peer_torch.py) that sets
@@ -43,6 +44,9 @@ flags.DEFINE_string("run_dir", os.path.join("runs", "quickstart"), "serving: the
                     "export came from; the PyTorch side loads its weights.")
 flags.DEFINE_string("checkpoint", None, "finetune: checkpoint folder. Default: MiniLM.")
 flags.DEFINE_string("output", None, "Also write the JSON report to this file.")
+flags.DEFINE_bool("onednn_frozen_weights", False, "serving: run the keras_bert side with "
+                  "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1, the TF Serving setting the README "
+                  "recommends (oneDNN keeps its reordered weights between calls).")
 
 SIDES = ("keras_bert", "pytorch")
 
@@ -53,9 +57,12 @@ class Worker:
     def __init__(self, side, options):
         module = {"keras_bert": "benchmarks.peer_tf", "pytorch": "benchmarks.peer_torch"}[side]
         self.side = side
+        env = dict(os.environ)
+        if side == "keras_bert" and options.get("onednn_frozen_weights"):
+            env["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, json.dumps(options)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
         self.info = self._read()  # {"jobs": [...], anything the side reports about itself}
 
     def _read(self):
@@ -82,6 +89,7 @@ def options():
     return {"bench": FLAGS.bench, "batch_size": batch_size, "seq_length": FLAGS.seq_length,
             "steps": FLAGS.steps, "precisions": FLAGS.precisions, "export": export,
             "run_dir": FLAGS.run_dir, "checkpoint": FLAGS.checkpoint,
+            "onednn_frozen_weights": FLAGS.bench == "serving" and FLAGS.onednn_frozen_weights,
             "scratch": tempfile.mkdtemp(prefix="peers-")}  # fmt: skip
 
 

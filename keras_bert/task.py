@@ -24,6 +24,21 @@ from keras_bert.tokenizer import BertTokenizer
 PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
 
+# A serving setting (README, "Export and TF Serving"): TensorFlow's oneDNN kernels then keep the
+# first weights each product sees, reordered for speed, and never read the variables again.
+FROZEN_WEIGHTS_VARIABLE = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
+
+
+def check_weights_can_change():
+    """Refuses to train in a process where oneDNN assumes frozen weights: the forward pass would
+    keep computing with the weights of its first call and training would silently stall."""
+    if os.environ.get(FROZEN_WEIGHTS_VARIABLE, "").strip().lower() in ("1", "true"):
+        value = os.environ[FROZEN_WEIGHTS_VARIABLE]
+        raise ValueError(f"{FROZEN_WEIGHTS_VARIABLE}={value} is set: oneDNN would keep the first "
+                         "weights it sees and training would not change what the model computes; "
+                         "unset it to train (it is a serving setting)")
+
+
 @dataclasses.dataclass
 class _Recipe:
     """compile()'s optimizer settings, kept until fit() knows how many steps it runs."""
@@ -187,6 +202,7 @@ class BertTask(keras.Model):
             validation_data=None, steps_per_epoch=None, shuffle=True, seed=None, **kwargs):  # fmt: skip
         """Keras `fit` on raw data: x a list or array of strings (a pair of them for pair
         tasks), y the targets; or x a batched tf.data.Dataset of (strings, targets)."""
+        check_weights_can_change()
         if not self.compiled:
             self.compile()
         dataset = self.make_dataset(x, y, sample_weight, batch_size, training=shuffle,
