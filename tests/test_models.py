@@ -95,6 +95,7 @@ def test_bad_labels_and_inputs_are_refused_in_one_line(classifier):
 # Plain Keras training in a process with oneDNN's frozen-weights setting: what fit refuses.
 _STALE_TRAINING = """
 import numpy as np, keras
+keras.utils.set_random_seed(0)
 x = np.random.default_rng(0).standard_normal((64, 256)).astype("float32")
 y = (x[:, 0] > 0).astype("int32")
 model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(512, activation="gelu"),
@@ -107,7 +108,8 @@ print(model.fit(x, y, epochs=4, batch_size=64, verbose=0).history["loss"])
 
 def test_training_is_refused_where_onednn_assumes_frozen_weights(classifier, monkeypatch):
     # Why: with the setting, the products keep their first weights and plain Keras training
-    # stalls (measured: loss 0.798 -> 0.795 in 4 steps, against 0.798 -> 0.273 without it).
+    # stalls (measured: loss 0.798 -> 0.795 in 4 steps, against 0.798 -> 0.273 without it;
+    # only the biases, which the products do not cache, still move).
     def losses(setting):
         env = {**os.environ, "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS": setting, "CUDA_VISIBLE_DEVICES": ""}
         done = subprocess.run([sys.executable, "-c", _STALE_TRAINING], env=env, text=True,
@@ -115,8 +117,8 @@ def test_training_is_refused_where_onednn_assumes_frozen_weights(classifier, mon
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     trained, stalled = losses("0"), losses("1")
-    assert trained[-1] < 0.5 * trained[0]
-    assert stalled[-1] > 0.95 * stalled[0]
+    assert trained[0] - trained[-1] > 0.4
+    assert stalled[0] - stalled[-1] < 0.1 * (trained[0] - trained[-1])
     for setting in ("1", "true", "TRUE"):
         monkeypatch.setenv("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", setting)
         with pytest.raises(ValueError, match="FROZEN_WEIGHTS=.* unset it to train"):
