@@ -208,10 +208,11 @@ def small_softmax(scores):
     return exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
 
 
-def attention_bias(input_mask):
-    """(batch, seq) 0/1 mask -> float32 (batch, 1, 1, seq) bias: 0 where attended, -1e9 not."""
-    mask = ops.cast(input_mask, "float32")[:, None, None, :]
-    return (1.0 - mask) * -1e9
+def attention_bias(input_mask, dtype="float32"):
+    """(batch, seq) 0/1 mask -> (batch, 1, 1, seq) bias in `dtype`: 0 where attended, a large
+    negative number not (-1e9; -1e4 in float16, whose range ends at 65,504)."""
+    mask = ops.cast(input_mask, dtype)[:, None, None, :]
+    return (1.0 - mask) * (-1e4 if dtype == "float16" else -1e9)
 
 
 @_SERIALIZABLE
@@ -261,20 +262,29 @@ class BertSelfAttention(keras.layers.Layer):
         # bias (a rank-3 Dense is a Tensordot whose reshape keeps the two apart). The cast is
         # done once here, rather than in each of the three projections.
         tokens = ops.cast(tokens, self.compute_dtype)
-        query = self.query(tokens) * ops.cast(1.0 / math.sqrt(self.head_size), self.compute_dtype)
-        query = self._split_heads(query, layout, batch, seq)
+        query = self._split_heads(self.query(tokens), layout, batch, seq)
         key = self._split_heads(self.key(tokens), layout, batch, seq)
         value = self._split_heads(self.value(tokens), layout, batch, seq)
         # Only where oneDNN would run them: not on GPUs, and not in float16 (TensorFlow's
         # BatchMatMulV3 has no float16 kernel on CPUs).
         small = (self.compute_dtype != "float16" and not tf.config.list_logical_devices("GPU")
                  and batch * seq * seq <= SMALL_ATTENTION)  # fmt: skip
-        bias = attention_bias(input_mask)
 
         def attention_probs(matmul, softmax):
             scores = matmul(query, key, adjoint_b=True)  # (batch, heads, seq, seq)
+            # Scaled and masked in the product's dtype, in this order and under this absolute
+            # name: oneDNN's graph rewrite then fuses the product, the scalar Mul and the Add
+            # into one kernel that applies them to its float32 sums (one pass over the scores
+            # instead of three). Its pattern wants the product as the Mul's first input and the
+            # Mul as the Add's, and Grappler sorts the inputs of both by name first; "zz_"
+            # sorts after the model's own names. Adding 0 keeps a real key's score exact;
+            # -1e9 drowns a padded one in bfloat16 as in float32.
+            with tf.name_scope("zz_attention/"):
+                scale = tf.constant(1.0 / math.sqrt(self.head_size), self.compute_dtype)
+                bias = attention_bias(input_mask, self.compute_dtype)
+            scores = scores * scale + bias
             # Softmax in float32: bfloat16 scores would lose the small differences between keys.
-            return softmax(ops.cast(scores, "float32") + bias)
+            return softmax(ops.cast(scores, "float32"))
 
         probs = _cond(small, lambda: attention_probs(small_batch_matmul, small_softmax),
                       lambda: attention_probs(tf.linalg.matmul, tf.nn.softmax))  # fmt: skip
