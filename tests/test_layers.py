@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_bert import layers, packing
+from keras_bert import BertEncoder, layers, packing
 from keras_bert.heads import (
     ClassifierHead,
     FoldChoices,
@@ -150,6 +150,29 @@ def test_both_attention_kernel_sets_compute_the_same(policy, monkeypatch):
     atol = 1e-5 if policy == "float32" else 0.05  # half precision sums in another order
     for ours, theirs in zip(*results):
         np.testing.assert_allclose(ours, theirs, atol=atol * max(1, np.abs(theirs).max()))
+
+
+def test_every_layers_attention_scale_and_mask_fuse_into_its_batched_product(tmp_path):
+    # Not a timing: which ops the optimised graph ran. The fusion hangs on the names Grappler
+    # sorts the ops' inputs by (layers.BertSelfAttention); without them 2 of 3 layers fused.
+    from tensorflow.python.util import _pywrap_util_port
+
+    from benchmarks.profile_encoder import op_times
+
+    if not _pywrap_util_port.IsMklEnabled():
+        pytest.skip("this TensorFlow build runs without oneDNN, whose fusion this is")
+    encoder = BertEncoder(vocab_size=100, hidden_size=32, num_hidden_layers=3,
+                          num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    shape = (4, 64)  # 4 x 64 x 64 scores a head: above SMALL_ATTENTION, on oneDNN's kernels
+    x = {"input_word_ids": tf.ones(shape, tf.int32), "input_type_ids": tf.zeros(shape, tf.int32),
+         "input_mask": tf.constant(np.arange(64)[None] < np.array([[64], [40], [9], [1]]), tf.int32)}  # fmt: skip
+    forward = tf.function(lambda x: encoder(x)["sequence_output"])
+    forward(x).numpy()
+    tf.profiler.experimental.start(str(tmp_path))
+    forward(x).numpy()
+    tf.profiler.experimental.stop()
+    ops = [op for _, op in op_times(str(tmp_path), 1)]
+    assert ops.count("_MklFusedBatchMatMulV2") == 3, sorted(set(ops))
 
 
 @pytest.mark.parametrize("fused", [False, True])
