@@ -9,7 +9,6 @@ happen) and by the op's place in a block (layer numbers folded together).
 """
 
 import collections
-import glob
 import json
 import re
 import tempfile
@@ -18,8 +17,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 from absl import app, flags
-from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
+from benchmarks.profiling import op_times
 from keras_bert import BertClassifier, BertConfig, BertEncoder
 
 FLAGS = flags.FLAGS
@@ -30,23 +29,6 @@ flags.DEFINE_enum("step", "forward", ["forward", "train_step"], "forward: the en
                   "train_step: a classifier's training step (AdamW, the fine-tuning recipe).")
 flags.DEFINE_integer("steps", 3, "Profiled steps (after 3 warm-up steps).")
 flags.DEFINE_integer("top", 25, "Rows per table.")
-
-
-def op_times(logdir, steps):
-    """{(node name, op type): ms per step} from the profiler's trace in `logdir`."""
-    space = xplane_pb2.XSpace()
-    with open(sorted(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True))[-1], "rb") as f:
-        space.ParseFromString(f.read())
-    times = collections.Counter()
-    for plane in space.planes:
-        for line in plane.lines:
-            if not line.name.startswith("tf_Compute"):  # the executor's threads
-                continue
-            for event in line.events:
-                name = plane.event_metadata[event.metadata_id].name
-                if ":" in name and "::" not in name:  # "node:OpType", not the executor's spans
-                    times[tuple(name.rsplit(":", 1))] += event.duration_ps / 1e9 / steps
-    return times
 
 
 def main(argv):

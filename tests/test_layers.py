@@ -157,7 +157,7 @@ def test_every_layers_attention_scale_and_mask_fuse_into_its_batched_product(tmp
     # sorts the ops' inputs by (layers.BertSelfAttention); without them 2 of 3 layers fused.
     from tensorflow.python.util import _pywrap_util_port
 
-    from benchmarks.profile_encoder import op_times
+    from benchmarks.profiling import op_times
 
     if not _pywrap_util_port.IsMklEnabled():
         pytest.skip("this TensorFlow build runs without oneDNN, whose fusion this is")
