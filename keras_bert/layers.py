@@ -208,7 +208,7 @@ def small_softmax(scores):
     return exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
 
 
-def attention_bias(input_mask, dtype="float32"):
+def attention_bias(input_mask, dtype):
     """(batch, seq) 0/1 mask -> (batch, 1, 1, seq) bias in `dtype`: 0 where attended, a large
     negative number not (-1e9; -1e4 in float16, whose range ends at 65,504)."""
     mask = ops.cast(input_mask, dtype)[:, None, None, :]

@@ -160,7 +160,8 @@ def test_every_layers_attention_scale_and_mask_fuse_into_its_batched_product(tmp
     from benchmarks.profiling import op_times
 
     if not _pywrap_util_port.IsMklEnabled():
-        pytest.skip("this TensorFlow build runs without oneDNN, whose fusion this is")
+        pytest.skip("TensorFlow runs without oneDNN here (not built with it, or "
+                    "TF_ENABLE_ONEDNN_OPTS=0): the fusion is oneDNN's")
     encoder = BertEncoder(vocab_size=100, hidden_size=32, num_hidden_layers=3,
                           num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)  # fmt: skip
     shape = (4, 64)  # 4 x 64 x 64 scores a head: above SMALL_ATTENTION, on oneDNN's kernels
