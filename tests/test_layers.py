@@ -217,6 +217,74 @@ def test_gelu_forms_differ_and_match_their_formulas():
     assert np.abs(exact - tanh).max() > 1e-4
 
 
+@pytest.mark.parametrize("dtype,tolerance", [("float32", 1e-6), ("bfloat16", 2**-8)])
+def test_training_gelu_is_the_exact_gelu_and_its_derivative(dtype, tolerance):
+    from math import erf, exp, pi, sqrt
+
+    x = tf.constant(np.linspace(-5, 5, 201), dtype)
+    x64 = tf.cast(x, "float64").numpy()
+    cdf = np.array([0.5 * (1 + erf(v / sqrt(2))) for v in x64])
+    pdf = np.array([exp(-v * v / 2) / sqrt(2 * pi) for v in x64])
+    upstream = tf.constant(np.linspace(-2, 3, 201), dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layers.training_gelu(x)
+    gradient = tape.gradient(y, x, upstream)
+    assert y.dtype == gradient.dtype == dtype
+    # Within one rounding of the result: computed in float32 whatever the dtype.
+    want_y = x64 * cdf
+    want_gradient = tf.cast(upstream, "float64").numpy() * (cdf + x64 * pdf)
+    np.testing.assert_allclose(tf.cast(y, "float64"), want_y, rtol=tolerance, atol=1e-7)
+    np.testing.assert_allclose(tf.cast(gradient, "float64"), want_gradient, rtol=tolerance,
+                               atol=1e-7)  # fmt: skip
+
+
+def test_gelu_dense_trains_with_training_gelu_and_infers_with_keras_gelu():
+    rng = np.random.default_rng(4)
+    ours, keras_own = layers.GeluDense(16, name="ours"), keras.layers.Dense(
+        16, activation=layers.activation("gelu"))
+    weights = [rng.normal(size=(8, 16)), rng.normal(size=16)]
+    for layer in (ours, keras_own):
+        layer.build((None, 8))
+        layer.set_weights(weights)
+    x = tf.constant(rng.normal(size=(5, 8)), "float32")
+    np.testing.assert_array_equal(ours(x), keras_own(x))  # inference: the same ops
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        trained, reference = ours(x, training=True), keras_own(x, training=True)
+    np.testing.assert_allclose(trained, reference, rtol=1e-6, atol=1e-6)
+    for ours_gradient, keras_gradient in zip(
+            tape.gradient(trained, [x, *ours.trainable_weights]),
+            tape.gradient(reference, [x, *keras_own.trainable_weights])):  # fmt: skip
+        np.testing.assert_allclose(ours_gradient, keras_gradient, rtol=1e-5, atol=1e-5)
+    rebuilt = layers.GeluDense.from_config(ours.get_config())
+    assert rebuilt.units == 16 and rebuilt.activation is not None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_dropout_drops_its_rate_and_scales_what_it_keeps(dtype, rate):
+    dropout = layers.BertDropout(rate, seed=3, dtype=dtype)
+    x = tf.ones((999, 1001), dtype)  # an odd number of values: 16-bit draws come in pairs
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        dropped_out = dropout(x, training=True)
+    assert dropped_out.dtype == dtype
+    y = dropped_out.numpy().astype("float64")
+    dropped = round(rate * 65536)
+    scale = float(tf.cast(65536 / (65536 - dropped), dtype))
+    # 999,999 draws: the dropped fraction's standard deviation is below 0.0005.
+    assert abs((y == 0).mean() - dropped / 65536) < 0.0025
+    np.testing.assert_array_equal(np.unique(y), [0.0, scale])
+    gradient = tape.gradient(dropped_out, x).numpy().astype("float64")
+    np.testing.assert_array_equal(gradient, y)  # mask times scale
+    again = dropout(x, training=True).numpy()
+    assert 0 < (again != y).mean() < 2 * rate  # a new mask every call
+    same_seed = layers.BertDropout(rate, seed=3, dtype=dtype)(x, training=True).numpy().astype("float64")
+    np.testing.assert_array_equal(same_seed, y)
+    assert dropout(x) is x and dropout(x, training=False) is x
+
+
 def test_block_is_post_layer_norm():
     block = layers.BertTransformerBlock(12, 3, 37, "gelu", 0.0, 0.0, 0.02)
     x = np.random.default_rng(2).normal(3.0, 5.0, size=(2, 7, 12)).astype("float32")

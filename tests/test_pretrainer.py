@@ -120,7 +120,7 @@ def test_next_sentence_head_learns_on_minilm(minilm_dir):
                                                       max_predictions=10)  # fmt: skip
     assert model.next_sentence.weights  # MiniLM has no NSP (nor masked-LM) head: both new
     # The new masked-LM head's loss (ln 30522 at first) swamps the NSP signal at this size
-    # (weighted 1: held-out accuracy 0.512 after the same 3 epochs); weighted 0, the test
+    # (weighted 1: held-out accuracy 0.512 after 3 epochs); weighted 0, the test
     # reads the NSP path alone.
     model.compile(learning_rate=5e-5, loss_weights={"masked_lm": 0.0, "next_sentence": 1.0})
 
@@ -129,10 +129,10 @@ def test_next_sentence_head_learns_on_minilm(minilm_dir):
         return np.mean(scores.argmax(-1) == labels[held_out])
 
     before = held_out_accuracy()
-    model.fit(train, labels[~held_out], batch_size=16, epochs=3, verbose=0)
+    model.fit(train, labels[~held_out], batch_size=16, epochs=4, verbose=0)
     after = held_out_accuracy()
-    # 127 held-out pairs, half random: chance is 0.5 +- 0.045. Measured 0.496 -> 0.795 (seeds
-    # 1 and 2: 0.551 -> 0.740, 0.504 -> 0.803).
+    # 127 held-out pairs, half random: chance is 0.5 +- 0.045. Measured 0.496 -> 0.772 (seed 1:
+    # 0.551 -> 0.764). After 3 epochs seeds 0 to 3 ended at 0.677 to 0.795: too near the bound.
     assert len(test[0]) == 127 and abs(np.mean(labels[held_out]) - 0.5) < 0.01
     assert before < 0.62 and after > 0.68
 
