@@ -195,6 +195,8 @@ def prepare_serving(opts):
 
 def main():
     opts = peer_worker.options()
+    if opts.get("threads"):  # before the first op starts TensorFlow's runtime
+        tf.config.threading.set_intra_op_parallelism_threads(opts["threads"])
     if opts["bench"] == "prepare_serving":
         return prepare_serving(opts)
     make = {"encoder": encoder_jobs, "tokenizer": tokenizer_jobs, "serving": serving_jobs,

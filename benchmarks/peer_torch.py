@@ -159,6 +159,8 @@ def finetune_jobs(opts):
 
 def main():
     opts = peer_worker.options()
+    if opts.get("threads"):
+        torch.set_num_threads(opts["threads"])
     make = {"encoder": encoder_jobs, "tokenizer": tokenizer_jobs, "serving": serving_jobs,
             "finetune": finetune_jobs}[opts["bench"]]  # fmt: skip
     jobs = make(opts)

@@ -5,6 +5,7 @@
     python -m benchmarks.peers --bench=tokenizer    # the tokenizer alone, SST-2 dev sentences
     python -m benchmarks.peers --bench=serving      # strings in, labels out (needs an export)
         [--onednn_frozen_weights]                   # ... as the README's TF Serving setting
+        [--threads=1]                               # ... one thread an op, on both sides
     python -m benchmarks.peers --bench=finetune     # fine-tuning MiniLM on SST-2, examples/s
 
 Each side runs in a worker process (benchmarks/peer_tf.py, benchmarks/peer_torch.py) that sets
@@ -44,6 +45,9 @@ flags.DEFINE_string("run_dir", os.path.join("runs", "quickstart"), "serving: the
                     "export came from; the PyTorch side loads its weights.")
 flags.DEFINE_string("checkpoint", None, "finetune: checkpoint folder. Default: MiniLM.")
 flags.DEFINE_string("output", None, "Also write the JSON report to this file.")
+flags.DEFINE_integer("threads", None, "Threads each side computes an op with (TensorFlow's "
+                     "intra-op threads, torch.set_num_threads), the same on both sides. "
+                     "Default: each framework's own (one per core).")
 flags.DEFINE_bool("onednn_frozen_weights", False, "serving: run the keras_bert side with "
                   "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1, the TF Serving setting the README "
                   "recommends (oneDNN keeps its reordered weights between calls).")
@@ -90,6 +94,7 @@ def options():
             "steps": FLAGS.steps, "precisions": FLAGS.precisions, "export": export,
             "run_dir": FLAGS.run_dir, "checkpoint": FLAGS.checkpoint,
             "onednn_frozen_weights": FLAGS.bench == "serving" and FLAGS.onednn_frozen_weights,
+            "threads": FLAGS.threads,
             "scratch": tempfile.mkdtemp(prefix="peers-")}  # fmt: skip
 
 
