@@ -72,7 +72,8 @@ class GeluDense(keras.layers.Dense):
     def call(self, inputs, training=None):
         if not training or self.quantization_mode or self.lora_enabled:
             return super().call(inputs)
-        return training_gelu(ops.add(ops.matmul(inputs, self.kernel), self.bias))
+        x = ops.matmul(inputs, self.kernel)
+        return training_gelu(x if self.bias is None else ops.add(x, self.bias))
 
     def get_config(self):
         config = super().get_config()
@@ -87,7 +88,8 @@ _DROPOUT_LEVELS = 65536
 @_SERIALIZABLE
 class BertDropout(keras.layers.Dropout):
     """keras.layers.Dropout drawing half the random bits: each position compares 16 random bits
-    with round(rate * 65536), where Keras draws a random float, 32 bits, per position.
+    with round(rate * 65536), where Keras's path draws a random float from one 32-bit output of
+    the generator per position.
 
     The rate is rounded to a multiple of 1/65536 (0.1 -> 0.1000061) and kept values are scaled
     by 65536 / (65536 - round(rate * 65536)). On attention's (8, 12, 128, 128) bfloat16

@@ -259,6 +259,10 @@ def test_gelu_dense_trains_with_training_gelu_and_infers_with_keras_gelu():
         np.testing.assert_allclose(ours_gradient, keras_gradient, rtol=1e-5, atol=1e-5)
     rebuilt = layers.GeluDense.from_config(ours.get_config())
     assert rebuilt.units == 16 and rebuilt.activation is not None
+    no_bias = layers.GeluDense(16, use_bias=False)
+    no_bias.build((None, 8))
+    no_bias.set_weights(weights[:1])
+    np.testing.assert_allclose(no_bias(x, training=True), no_bias(x), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
