@@ -10,6 +10,7 @@ therefore float32; the dense layers cast their inputs to the compute dtype (bflo
 float16) themselves.
 """
 
+import functools
 import math
 
 import keras
@@ -50,14 +51,16 @@ def training_gelu(x):
     bfloat16 after each of about ten element-wise ops (largest gradient error against float64
     0.030 -> 0.016), and bfloat16's Erfc (three times float32's) avoided.
     """
-    cdf = 0.5 * tf.math.erfc(tf.cast(x, "float32") * -(1 / math.sqrt(2)))  # Phi(x)
+    x32 = tf.cast(x, "float32")
+    cdf = 0.5 * tf.math.erfc(x32 * -(1 / math.sqrt(2)))  # Phi(x)
 
     def gradient(upstream):
+        # Cast again rather than keep the float32 copy for the backward pass: x itself is kept.
         x32 = tf.cast(x, "float32")
         pdf = tf.exp(tf.square(x32) * -0.5) * (1 / math.sqrt(2 * math.pi))  # phi(x)
         return tf.cast(tf.cast(upstream, "float32") * (cdf + x32 * pdf), upstream.dtype)
 
-    return tf.cast(tf.cast(x, "float32") * cdf, x.dtype), gradient
+    return tf.cast(x32 * cdf, x.dtype), gradient
 
 
 @_SERIALIZABLE
@@ -102,6 +105,7 @@ class BertDropout(keras.layers.Dropout):
         if (not training or self.rate == 0 or self.noise_shape is not None
                 or keras.backend.backend() != "tensorflow"):  # fmt: skip
             return super().call(inputs, training=training)
+        # The int32 seed Keras's TensorFlow backend makes of the generator's int64 state.
         seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), tf.int32)
         dropped = round(self.rate * _DROPOUT_LEVELS)
         size = tf.size(inputs)
@@ -112,9 +116,6 @@ class BertDropout(keras.layers.Dropout):
         scale = tf.constant(_DROPOUT_LEVELS / (_DROPOUT_LEVELS - dropped), inputs.dtype)
         return tf.where(keep, inputs * scale, tf.zeros((), inputs.dtype))
 
-
-def dropout(rate, dtype, name):
-    return BertDropout(rate, dtype=dtype, name=name)
 
 
 def initializer(stddev):
@@ -218,7 +219,7 @@ class BertEmbeddings(keras.layers.Layer):
             name="token_type_embeddings",
         )
         self.layer_norm = layer_norm("layer_norm")
-        self.dropout = dropout(dropout_rate, self.dtype_policy, "dropout")
+        self.dropout = BertDropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
 
     def build(self, input_shape=None):
         self.word_embeddings.build()
@@ -331,7 +332,7 @@ class BertSelfAttention(keras.layers.Layer):
         self.key = dense("key")
         self.value = dense("value")
         self.output_dense = dense("output_dense")
-        self.dropout = dropout(dropout_rate, self.dtype_policy, "dropout")
+        self.dropout = BertDropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
 
     def build(self, input_shape):
         for layer in (self.query, self.key, self.value, self.output_dense):
@@ -435,15 +436,18 @@ class BertTransformerBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="attention",
         )
-        self.attention_dropout = dropout(
-            hidden_dropout_prob, self.dtype_policy, "attention_dropout"
+        self.attention_dropout = BertDropout(
+            hidden_dropout_prob, dtype=self.dtype_policy, name="attention_dropout"
         )
         self.attention_layer_norm = layer_norm("attention_layer_norm")
-        # The exact GELU gets its own training form (GeluDense); other activations Keras's.
-        intermediate = {"activation": activation(hidden_act)} if hidden_act != "gelu" else {}
-        self.intermediate = (keras.layers.Dense if intermediate else GeluDense)(
+        # The exact GELU has its own training form (GeluDense); other activations are Keras's.
+        if hidden_act == "gelu":
+            intermediate_dense = GeluDense
+        else:
+            intermediate_dense = functools.partial(keras.layers.Dense,
+                                                   activation=activation(hidden_act))  # fmt: skip
+        self.intermediate = intermediate_dense(
             intermediate_size,
-            **intermediate,
             kernel_initializer=initializer(initializer_range),
             dtype=self.dtype_policy,
             name="intermediate",
@@ -454,7 +458,9 @@ class BertTransformerBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="output_dense",
         )
-        self.output_dropout = dropout(hidden_dropout_prob, self.dtype_policy, "output_dropout")
+        self.output_dropout = BertDropout(
+            hidden_dropout_prob, dtype=self.dtype_policy, name="output_dropout"
+        )
         self.output_layer_norm = layer_norm("output_layer_norm")
 
     def build(self, input_shape):
