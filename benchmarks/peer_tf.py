@@ -59,6 +59,12 @@ def matmul_ceiling(config, batch, seq, dtype):
     return run
 
 
+def forward_outputs(encoder, x):
+    """What PyTorch's BertModel returns: the last block's output and the pooled one."""
+    outputs = encoder(x, training=False)
+    return {key: outputs[key] for key in ("sequence_output", "pooled_output")}
+
+
 def encoder_jobs(opts):
     import keras
 
@@ -79,7 +85,7 @@ def encoder_jobs(opts):
         encoder = BertEncoder(**config.to_dict())
         classifier = keras_bert.BertClassifier(encoder, preprocessor=None)  # token ids in
         classifier.compile(total_steps=10**6)  # the fine-tuning recipe: AdamW, clipping, schedule
-        forward = tf.function(lambda x, encoder=encoder: encoder(x, training=False))
+        forward = tf.function(lambda x, encoder=encoder: forward_outputs(encoder, x))
         ceiling = matmul_ceiling(config, batch, seq, tf.float32 if precision == "float32"
                                  else tf.bfloat16)  # fmt: skip
 
@@ -94,7 +100,7 @@ def encoder_jobs(opts):
             stored = BertEncoder(**{**config.to_dict(), "dtype": precision})
             stored.set_weights(encoder.get_weights())
             jobs[f"{precision}/forward~stored_weights"] = functools.partial(
-                run_forward, tf.function(lambda x: stored(x, training=False)))
+                run_forward, tf.function(lambda x: forward_outputs(stored, x)))
 
         def run_train(classifier=classifier):
             for _ in range(steps):

@@ -53,6 +53,7 @@ def save_encoder(encoder, path, sequence_length=None):
 
     def flat_outputs(**inputs):
         outputs = dict(module.encoder(inputs, training=False))
+        outputs.pop("pooled_output_only")  # TF Hub's interface has pooled_output alone
         layers = outputs.pop("encoder_outputs")
         return {**outputs, **{f"encoder_outputs_{i}": x for i, x in enumerate(layers)}}
 

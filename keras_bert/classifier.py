@@ -48,7 +48,8 @@ class BertClassifier(BertTask):
                               dtype=encoder.policy, name="classifier")  # fmt: skip
         # === Graph ===
         inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in INPUT_NAMES}
-        outputs = head(encoder(inputs)["pooled_output"])
+        # pooled_output_only: the last block computes the [CLS] token alone (encoder.py).
+        outputs = head(encoder(inputs)["pooled_output_only"])
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         # === Config ===
         self.encoder = encoder
@@ -129,7 +130,8 @@ class BertMultipleChoice(BertTask):
         # === Graph ===
         inputs = {n: keras.Input((num_choices, None), dtype="int32", name=n) for n in INPUT_NAMES}
         folded = {n: folds[n](x) for n, x in inputs.items()}  # (batch * choices, seq)
-        super().__init__(inputs=inputs, outputs=head(encoder(folded)["pooled_output"]), **kwargs)
+        outputs = head(encoder(folded)["pooled_output_only"])
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         # === Config ===
         self.encoder = encoder
         self.preprocessor = preprocessor

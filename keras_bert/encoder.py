@@ -24,6 +24,12 @@ class BertEncoder(keras.Model):
       pooled_output: (batch, hidden_size), tanh(dense(sequence_output[:, 0])).
       encoder_outputs: list of num_hidden_layers float32 (batch, seq, hidden_size), one per block
         (0 at padded positions too).
+      pooled_output_only: pooled_output's numbers (up to rounding), computed with the last block
+        on the first tokens alone: for a model that needs nothing else (a classifier head). The
+        last block then costs its key and value products, about a sixth of its work; a model
+        that also takes sequence_output should read pooled_output, or the last block's keys
+        and values are computed twice. In a `tf.function` (`fit`, `predict`, an export) only
+        what the outputs read is computed.
     """
 
     def __init__(
@@ -96,12 +102,15 @@ class BertEncoder(keras.Model):
         unpack = packing.UnpackTokens(dtype="float32", name="unpack_tokens")
         encoder_outputs = []
         for block in blocks:
+            last_input = tokens
             tokens = block(tokens, layout)
             encoder_outputs.append(unpack(tokens, layout))  # (batch, seq, hidden)
+        first_tokens = blocks[-1](last_input, layout, first_only=True)  # (batch, hidden)
         outputs = {
             "sequence_output": encoder_outputs[-1],
             "pooled_output": pooler(encoder_outputs[-1]),
             "encoder_outputs": encoder_outputs,
+            "pooled_output_only": pooler(first_tokens),
         }
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
 

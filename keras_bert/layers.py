@@ -157,16 +157,20 @@ class BertLayerNorm(keras.layers.LayerNormalization):
         shape = tf.shape(x)
         rows = tf.reshape(x, (-1, x.shape[-1]))
         size = tf.size(rows) if rows.shape.num_elements() is None else rows.shape.num_elements()
-        normalized = _cond(size > FUSED_LAYER_NORM, lambda: self._fused(rows),
-                           lambda: self._plain(rows))  # fmt: skip
+        # The weights are read outside the cond: a branch that reads a variable makes the cond
+        # a stateful op, which a tf.function always runs, with all it depends on, even when
+        # nothing reads its result (encoder.py's pooled_output_only relies on the pruning).
+        gamma, beta = tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta)
+        normalized = _cond(size > FUSED_LAYER_NORM, lambda: self._fused(rows, gamma, beta),
+                           lambda: self._plain(rows, gamma, beta))  # fmt: skip
         return ops.cast(tf.reshape(normalized, shape), self.compute_dtype)
 
-    def _plain(self, rows):
+    def _plain(self, rows, gamma, beta):
         centered = rows - tf.reduce_mean(rows, axis=-1, keepdims=True)
         variance = tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True)
-        return centered * (tf.math.rsqrt(variance + self.epsilon) * self.gamma) + self.beta
+        return centered * (tf.math.rsqrt(variance + self.epsilon) * gamma) + beta
 
-    def _fused(self, rows):
+    def _fused(self, rows, gamma, beta):
         # The exact pattern oneDNN's graph rewrite looks for: Reshape, FusedBatchNormV3 with
         # unit scale and zero offset (Fill), Reshape, Mul by gamma, Add beta.
         count = tf.shape(rows)[:1]
@@ -175,7 +179,7 @@ class BertLayerNorm(keras.layers.LayerNormalization):
             x=tf.reshape(rows, (1, -1, rows.shape[-1], 1)), scale=tf.ones(count),
             offset=tf.zeros(count), mean=empty, variance=empty, epsilon=self.epsilon,
             data_format="NCHW", is_training=True)[0]  # fmt: skip
-        return tf.reshape(normalized, tf.shape(rows)) * self.gamma + self.beta
+        return tf.reshape(normalized, tf.shape(rows)) * gamma + beta
 
 
 @_SERIALIZABLE
@@ -309,7 +313,8 @@ class BertSelfAttention(keras.layers.Layer):
 
     Call with `tokens`, the real tokens packed as (tokens, hidden_size), and `layout`, the
     `packing.TokenLayout` of their batch (its input_mask says which keys may be attended to).
-    Returns (tokens, hidden_size) in the compute dtype.
+    Returns (tokens, hidden_size) in the compute dtype; with `first_only=True`, (batch,
+    hidden_size): only each sequence's first token queries (all tokens are still keys).
     """
 
     def __init__(self, hidden_size, num_attention_heads, dropout_rate, initializer_range, **kwargs):
@@ -343,23 +348,30 @@ class BertSelfAttention(keras.layers.Layer):
         x = ops.reshape(x, (batch, seq, self.num_attention_heads, self.head_size))
         return swap_heads_and_positions(x)  # (batch, heads, seq, head_size)
 
-    def call(self, tokens, layout, training=None):
+    def call(self, tokens, layout, training=None, first_only=False):
         input_mask = layout["input_mask"]
         batch, seq = ops.shape(input_mask)[0], ops.shape(input_mask)[1]
         # The projections see rank 2 (tokens, hidden): oneDNN fuses a rank-2 product with its
         # bias (a rank-3 Dense is a Tensordot whose reshape keeps the two apart). The cast is
         # done once here, rather than in each of the three projections.
         tokens = ops.cast(tokens, self.compute_dtype)
-        query = self._split_heads(self.query(tokens), layout, batch, seq)
+        if first_only:
+            queries = 1
+            query = self.query(tf.gather(tokens, layout["first"]))  # (batch, hidden)
+            query = ops.reshape(query, (batch, 1, self.num_attention_heads, self.head_size))
+            query = swap_heads_and_positions(query)  # (batch, heads, 1, head_size)
+        else:
+            queries = seq
+            query = self._split_heads(self.query(tokens), layout, batch, seq)
         key = self._split_heads(self.key(tokens), layout, batch, seq)
         value = self._split_heads(self.value(tokens), layout, batch, seq)
         # Only where oneDNN would run them: not on GPUs, and not in float16 (TensorFlow's
         # BatchMatMulV3 has no float16 kernel on CPUs).
         small = (self.compute_dtype != "float16" and not tf.config.list_logical_devices("GPU")
-                 and batch * seq * seq <= SMALL_ATTENTION)  # fmt: skip
+                 and batch * queries * seq <= SMALL_ATTENTION)  # fmt: skip
 
         def attention_probs(matmul, softmax):
-            scores = matmul(query, key, adjoint_b=True)  # (batch, heads, seq, seq)
+            scores = matmul(query, key, adjoint_b=True)  # (batch, heads, queries, seq)
             # Scaled and masked in the product's dtype, in this order and under this absolute
             # name: oneDNN's graph rewrite then fuses the product, the scalar Mul and the Add
             # into one kernel that applies them to its float32 sums (one pass over the scores
@@ -372,16 +384,17 @@ class BertSelfAttention(keras.layers.Layer):
                 bias = attention_bias(input_mask, self.compute_dtype)
             scores = scores * scale + bias
             # Softmax in float32: bfloat16 scores would lose the small differences between keys.
-            return softmax(ops.cast(scores, "float32"))
+            return softmax(ops.cast(scores, "float32"))  # (batch, heads, queries, seq)
 
         probs = _cond(small, lambda: attention_probs(small_batch_matmul, small_softmax),
                       lambda: attention_probs(tf.linalg.matmul, tf.nn.softmax))  # fmt: skip
         probs = self.dropout(ops.cast(probs, self.compute_dtype), training=training)
         context = _cond(small, lambda: small_batch_matmul(probs, value),
-                        lambda: tf.linalg.matmul(probs, value))  # (batch, heads, seq, head_size)
-        context = swap_heads_and_positions(context)  # (batch, seq, heads, head_size)
-        context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, hidden)
-        context = pack(context, layout)  # (tokens, hidden)
+                        lambda: tf.linalg.matmul(probs, value))  # (batch, heads, queries, size)
+        context = swap_heads_and_positions(context)  # (batch, queries, heads, head_size)
+        context = ops.reshape(context, (-1, self.hidden_size))  # (batch * queries, hidden)
+        if not first_only:
+            context = pack(context, layout)  # (tokens, hidden)
         return self.output_dense(context)
 
     def compute_output_shape(self, tokens_shape, layout_shape):
@@ -402,7 +415,11 @@ class BertTransformerBlock(keras.layers.Layer):
     """Post-LN transformer block: LN(x + attention(x)), then LN(x + feed_forward(x)).
 
     Call with `tokens`, float32 (tokens, hidden_size), the real tokens packed, and `layout`,
-    the `packing.TokenLayout` of their batch. Returns float32 (tokens, hidden_size).
+    the `packing.TokenLayout` of their batch. Returns float32 (tokens, hidden_size); with
+    `first_only=True`, float32 (batch, hidden_size): each sequence's first token alone, the
+    same numbers at a fraction of the cost (attention still reads all tokens, but only the
+    first token's query, residual, LayerNorms and feed-forward are computed). A classifier's
+    last block needs no more.
     """
 
     def __init__(
@@ -470,11 +487,13 @@ class BertTransformerBlock(keras.layers.Layer):
         self.output_dense.build((*input_shape[:-1], self.intermediate_size))
         self.output_layer_norm.build(input_shape)
 
-    def call(self, tokens, layout, training=None):
+    def call(self, tokens, layout, training=None, first_only=False):
         # Rank 2, so that oneDNN fuses each product with its bias and the intermediate one
         # with its GELU too (measured: benchmarks/profile_encoder.py).
-        attended = self.attention(tokens, layout, training=training)
+        attended = self.attention(tokens, layout, training=training, first_only=first_only)
         attended = self.attention_dropout(attended, training=training)
+        if first_only:
+            tokens = tf.gather(tokens, layout["first"])
         tokens = self.attention_layer_norm(tokens + ops.cast(attended, tokens.dtype))
         fed = self.output_dense(self.intermediate(tokens))
         fed = self.output_dropout(fed, training=training)
@@ -498,7 +517,8 @@ class BertTransformerBlock(keras.layers.Layer):
 
 @_SERIALIZABLE
 class BertPooler(keras.layers.Layer):
-    """tanh(dense(sequence_output[:, 0])): (batch, seq, hidden) -> (batch, hidden)."""
+    """tanh(dense(sequence_output[:, 0])): (batch, seq, hidden) -> (batch, hidden). Also takes
+    the first tokens alone, (batch, hidden)."""
 
     def __init__(self, hidden_size, initializer_range, **kwargs):
         super().__init__(**kwargs)
@@ -516,7 +536,9 @@ class BertPooler(keras.layers.Layer):
         self.dense.build((input_shape[0], input_shape[-1]))
 
     def call(self, sequence_output):
-        return self.dense(sequence_output[:, 0, :])
+        if len(sequence_output.shape) == 3:
+            sequence_output = sequence_output[:, 0, :]
+        return self.dense(sequence_output)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.hidden_size)

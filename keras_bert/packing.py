@@ -24,23 +24,26 @@ class TokenLayout(keras.layers.Layer):
       input_mask: the mask itself (attention hides the padded keys with it);
       tokens: (tokens,), the flat (batch * seq) position of each real token, in order;
       slots: (batch * seq,), each position's row among the packed tokens; 0 for padding: any
-        row does, since padded keys get no attention and padded queries are dropped.
+        row does, since padded keys get no attention and padded queries are dropped;
+      first: (batch,), the packed row of each sequence's first token ([CLS]).
     Position 0 of every row counts as real even under a 0 mask (the pooler reads it, and a
     batch of all-padding rows then still has a token to gather from).
     """
 
     def call(self, input_mask):
-        first = ops.ones_like(input_mask[:, :1])
-        real = ops.reshape(ops.concatenate([first, input_mask[:, 1:]], axis=1), (-1,)) > 0
+        always = ops.ones_like(input_mask[:, :1])
+        real = ops.reshape(ops.concatenate([always, input_mask[:, 1:]], axis=1), (-1,)) > 0
         tokens = tf.cast(tf.where(real)[:, 0], tf.int32)
         slots = tf.where(real, tf.cumsum(tf.cast(real, tf.int32)) - 1, 0)
-        return {"input_mask": input_mask, "tokens": tokens, "slots": slots}
+        first = tf.reshape(slots, tf.shape(input_mask))[:, 0]
+        return {"input_mask": input_mask, "tokens": tokens, "slots": slots, "first": first}
 
     def compute_output_spec(self, input_mask):
         # New tensors each (the functional graph tells tensors apart by identity).
         return {"input_mask": keras.KerasTensor(input_mask.shape, dtype="int32"),
                 "tokens": keras.KerasTensor((None,), dtype="int32"),
-                "slots": keras.KerasTensor((None,), dtype="int32")}  # fmt: skip
+                "slots": keras.KerasTensor((None,), dtype="int32"),
+                "first": keras.KerasTensor((input_mask.shape[0],), dtype="int32")}  # fmt: skip
 
 
 # Packing is a gather_nd and unpacking a scatter_nd: each is the other's gradient, where a

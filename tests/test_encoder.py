@@ -14,7 +14,8 @@ from conftest import TINY, random_inputs
 
 def test_outputs_follow_the_tf_hub_interface(tiny_encoder):
     outputs = tiny_encoder(random_inputs())
-    assert set(outputs) == {"sequence_output", "pooled_output", "encoder_outputs"}
+    assert set(outputs) == {"sequence_output", "pooled_output", "encoder_outputs",
+                            "pooled_output_only"}  # fmt: skip
     assert outputs["sequence_output"].shape == (3, 7, 12)
     assert outputs["pooled_output"].shape == (3, 12)
     assert len(outputs["encoder_outputs"]) == 2
@@ -40,6 +41,46 @@ def test_padding_does_not_change_real_positions(tiny_encoder):
     b = tiny_encoder(padded)
     np.testing.assert_allclose(b["sequence_output"][:, :5], a["sequence_output"], atol=1e-6)
     np.testing.assert_allclose(b["pooled_output"], a["pooled_output"], atol=1e-6)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_pooled_output_only_equals_pooled_output(policy):
+    # The last block on the first tokens alone: the same numbers (up to the order of sums)
+    # for rows of any length, a one-token row and an all-padding row among them.
+    encoder = BertEncoder(**{**TINY, "max_position_embeddings": 64}, dtype=policy)
+    for inputs in (random_inputs(batch=1, seq=5), random_inputs(lengths=[7, 4, 1]),
+                   random_inputs(batch=4, seq=40, lengths=[40, 17, 3, 0])):  # fmt: skip
+        outputs = {k: np.asarray(v, "float32") for k, v in encoder(inputs).items()
+                   if k != "encoder_outputs"}  # fmt: skip
+        assert outputs["pooled_output_only"].shape == outputs["pooled_output"].shape
+        atol = 1e-6 if policy == "float32" else 2**-8  # bfloat16: one rounding step near 1
+        np.testing.assert_allclose(outputs["pooled_output_only"], outputs["pooled_output"],
+                                   atol=atol)  # fmt: skip
+
+
+def test_a_function_reading_pooled_output_only_skips_the_full_last_block(tmp_path):
+    # Which ops the function ran (not a timing). Both forms of the last block sit in the
+    # encoder's graph; a tf.function runs only what its outputs need, unless a stateful op
+    # (a cond reading a variable, say) keeps the other alive. Each full block packs its
+    # attention output with one GatherNd (and the embeddings one more); the first-token form
+    # has none.
+    from benchmarks.profiling import op_times
+
+    encoder = BertEncoder(**{**TINY, "max_position_embeddings": 64})
+    inputs = random_inputs(batch=4, seq=40, lengths=[40, 17, 3, 1])
+    x = {k: tf.constant(v) for k, v in inputs.items()}
+    counts = {}
+    for key in ("pooled_output", "pooled_output_only"):
+        # Unknown shapes, as in an export: the LayerNorms' and attention's conds stay conds.
+        spec = {k: tf.TensorSpec((None, None), tf.int32) for k in x}
+        forward = tf.function(lambda x, key=key: encoder(x)[key], input_signature=[spec])
+        forward(x).numpy()
+        tf.profiler.experimental.start(str(tmp_path / key))
+        forward(x).numpy()
+        tf.profiler.experimental.stop()
+        counts[key] = [op for _, op in op_times(str(tmp_path / key), 1)].count("GatherNd")
+    blocks = TINY["num_hidden_layers"]
+    assert counts == {"pooled_output": blocks + 1, "pooled_output_only": blocks}
 
 
 @pytest.mark.parametrize(

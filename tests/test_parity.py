@@ -57,6 +57,9 @@ def test_outputs_match_the_reference_within_1e_4(encoder, golden):
     # the reference has values that nothing should read.
     np.testing.assert_array_equal(outputs["sequence_output"].numpy()[~real], 0.0)
     assert pooled_error.max() < 1e-4
+    # The same numbers from the last block computed on the first tokens alone.
+    alone_error = np.abs(outputs["pooled_output_only"].numpy() - golden["pooled_output"])
+    assert alone_error.max() < 1e-4
 
 
 def test_bfloat16_stays_close_to_the_reference(minilm_dir, golden):
