@@ -6,6 +6,7 @@
     python -m benchmarks.peers --bench=serving      # strings in, labels out (needs an export)
         [--onednn_frozen_weights]                   # ... as the README's TF Serving setting
         [--threads=1]                               # ... one thread an op, on both sides
+        [--threads=1,0]                             # ... both settings in one run
     python -m benchmarks.peers --bench=finetune     # fine-tuning MiniLM on SST-2, examples/s
 
 Each side runs in a worker process (benchmarks/peer_tf.py, benchmarks/peer_torch.py) that sets
@@ -13,12 +14,14 @@ up once and then times one job at a time when asked. This process asks the two s
 round after round, in alternating order (the machine is shared and noisy), and reports for each
 job both sides' medians and the ratio keras_bert / PyTorch (> 1: keras_bert is faster).
 Jobs only one side has (the bare matrix-product ceiling) are reported alone; a job `X~variant`
-is a variant of X on one side, compared with the other side's X.
+is a variant of X on one side, compared with the other side's X. With several --threads
+settings, each side runs a worker per setting, in the same alternating rounds, and every job is
+named `X~threads=N`: each of keras_bert's settings is compared with PyTorch's best job and
+setting, so that the best ratio is best against best, measured in one run.
 """
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +31,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from benchmarks import newest_export
+from benchmarks.peer_results import compare, summary
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("bench", "encoder", ["encoder", "tokenizer", "serving", "finetune"],
@@ -45,9 +49,10 @@ flags.DEFINE_string("run_dir", os.path.join("runs", "quickstart"), "serving: the
                     "export came from; the PyTorch side loads its weights.")
 flags.DEFINE_string("checkpoint", None, "finetune: checkpoint folder. Default: MiniLM.")
 flags.DEFINE_string("output", None, "Also write the JSON report to this file.")
-flags.DEFINE_integer("threads", None, "Threads each side computes an op with (TensorFlow's "
-                     "intra-op threads, torch.set_num_threads), the same on both sides. "
-                     "Default: each framework's own (one per core).")
+flags.DEFINE_list("threads", [], "Threads each side computes an op with (TensorFlow's "
+                  "intra-op threads, torch.set_num_threads), the same on both sides; 0 is each "
+                  "framework's own default (one per core). A list (1,0) measures every setting "
+                  "in one run. Default: 0 alone.")
 flags.DEFINE_bool("onednn_frozen_weights", False, "serving: run the keras_bert side with "
                   "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1, the TF Serving setting the README "
                   "recommends (oneDNN keeps its reordered weights between calls).")
@@ -58,9 +63,10 @@ SIDES = ("keras_bert", "pytorch")
 class Worker:
     """One side's process: `ask(job)` times a job there and returns its report."""
 
-    def __init__(self, side, options):
+    def __init__(self, side, options, suffix=""):
         module = {"keras_bert": "benchmarks.peer_tf", "pytorch": "benchmarks.peer_torch"}[side]
         self.side = side
+        self.suffix = suffix  # added to the side's job names, which it does not know
         env = dict(os.environ)
         if side == "keras_bert" and options.get("onednn_frozen_weights"):
             env["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
@@ -68,6 +74,7 @@ class Worker:
             [sys.executable, "-m", module, json.dumps(options)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
         self.info = self._read()  # {"jobs": [...], anything the side reports about itself}
+        self.jobs = [job + suffix for job in self.info["jobs"]]
 
     def _read(self):
         line = self.process.stdout.readline()
@@ -76,7 +83,7 @@ class Worker:
         return json.loads(line)
 
     def ask(self, job):
-        self.process.stdin.write(job + "\n")
+        self.process.stdin.write(job.removesuffix(self.suffix) + "\n")
         self.process.stdin.flush()
         return self._read()
 
@@ -94,8 +101,21 @@ def options():
             "steps": FLAGS.steps, "precisions": FLAGS.precisions, "export": export,
             "run_dir": FLAGS.run_dir, "checkpoint": FLAGS.checkpoint,
             "onednn_frozen_weights": FLAGS.bench == "serving" and FLAGS.onednn_frozen_weights,
-            "threads": FLAGS.threads,
+            "threads": thread_settings(),
             "scratch": tempfile.mkdtemp(prefix="peers-")}  # fmt: skip
+
+
+def thread_settings():
+    """--threads as a list of int (0: the framework's default)."""
+    try:
+        settings = [int(n) for n in FLAGS.threads] or [0]
+    except ValueError:
+        raise app.UsageError(f"--threads={','.join(FLAGS.threads)}: give whole numbers, "
+                             "such as 1 or 1,0") from None  # fmt: skip
+    if min(settings) < 0 or len(set(settings)) < len(settings):
+        raise app.UsageError(f"--threads={','.join(FLAGS.threads)}: give different numbers, "
+                             "none negative (0: the framework's default)")  # fmt: skip
+    return settings
 
 
 def prepare(opts):
@@ -103,7 +123,8 @@ def prepare(opts):
     if opts["bench"] == "serving":
         logging.info("writing %s's weights for the PyTorch side", opts["run_dir"])
         subprocess.run([sys.executable, "-m", "benchmarks.peer_tf",
-                        json.dumps({**opts, "bench": "prepare_serving"})], check=True)
+                        json.dumps({**opts, "bench": "prepare_serving", "threads": 0})],
+                       check=True)  # fmt: skip
 
 
 def agreement(opts):
@@ -121,65 +142,44 @@ def agreement(opts):
     return None
 
 
-def compare(results):
-    """keras_bert's rate over PyTorch's best variant (job@precision) of the same job."""
-    for job, sides in results.items():
-        ours, base = sides.get("keras_bert"), job.split("~")[0]
-        peers = {name: r for name, r in results.items()
-                 if "pytorch" in r and (name == base or name.startswith(base + "@"))}  # fmt: skip
-        if ours and peers:
-            best = max(peers, key=lambda name: peers[name]["pytorch"]["per_s"])
-            sides["ratio"] = ours["per_s"] / peers[best]["pytorch"]["per_s"]
-            sides["ratio_against"] = best
-
-
-def summary(reports):
-    """Medians over rounds of one side's reports for one job."""
-    seconds = statistics.median(r["seconds"] for r in reports)
-    result = {"median_s": seconds, "per_s": reports[0]["items"] / seconds,
-              "unit": reports[0]["unit"], "rounds_s": [r["seconds"] for r in reports]}  # fmt: skip
-    latencies = sorted(x for r in reports for x in r.get("latencies", []))
-    if latencies:
-        result["latency_ms_p50"] = 1000 * latencies[len(latencies) // 2]
-        result["latency_ms_p99"] = 1000 * latencies[min(len(latencies) - 1,
-                                                        int(0.99 * len(latencies)))]  # fmt: skip
-    return result
-
-
 def main(argv):
     del argv
     opts = options()
     prepare(opts)
-    workers = {}
-    for side in SIDES:  # one at a time: each set-up uses both cores
-        logging.info("starting the %s side", side)
-        workers[side] = Worker(side, opts)
-    jobs = {side: workers[side].info["jobs"] for side in SIDES}
+    settings = opts["threads"]
+    workers = []  # (side, worker), a worker per side and thread setting
+    for threads in settings:
+        suffix = f"~threads={threads}" if len(settings) > 1 else ""
+        for side in SIDES:  # one at a time: each set-up uses both cores
+            logging.info("starting the %s side%s", side, suffix)
+            workers.append((side, Worker(side, {**opts, "threads": threads}, suffix)))
+    jobs = {side: [job for s, w in workers if s == side for job in w.jobs] for side in SIDES}
     all_jobs = sorted(set(jobs["keras_bert"]) | set(jobs["pytorch"]))
     reports = {side: {job: [] for job in jobs[side]} for side in SIDES}
-    for job in all_jobs:
-        for side in SIDES:
-            if job in jobs[side]:
-                for _ in range(2):  # warm up: Keras traces again for the second shapes it sees
-                    workers[side].ask(job)
+    for side, worker in workers:
+        for job in worker.jobs:
+            for _ in range(2):  # warm up: Keras traces again for the second shapes it sees
+                worker.ask(job)
     for r in range(FLAGS.rounds):
-        for side in SIDES if r % 2 == 0 else SIDES[::-1]:
-            for job in jobs[side]:
-                reports[side][job].append(workers[side].ask(job))
+        for side, worker in workers if r % 2 == 0 else workers[::-1]:
+            for job in worker.jobs:
+                reports[side][job].append(worker.ask(job))
         logging.info("round %d of %d done", r + 1, FLAGS.rounds)
-    for worker in workers.values():
+    for _, worker in workers:
         worker.close()
     results = {}
     for job in all_jobs:
         results[job] = {side: summary(reports[side][job]) for side in SIDES if job in jobs[side]}
     compare(results)
+    infos = {f"{side}{worker.suffix}": worker.info for side, worker in workers}
     report = {"bench": FLAGS.bench, "rounds": FLAGS.rounds, "options": opts,
-              "sides": {side: workers[side].info for side in SIDES}, "results": results,
-              "agreement": agreement(opts)}
-    ceiling = results.get("bfloat16/matmul_ceiling", {}).get("keras_bert")
-    for job in ("bfloat16/forward", "bfloat16/forward~stored_weights"):
-        if ceiling and job in results:
-            report[f"{job}_of_ceiling"] = results[job]["keras_bert"]["per_s"] / ceiling["per_s"]
+              "sides": infos, "results": results, "agreement": agreement(opts)}
+    for suffix in {worker.suffix for _, worker in workers}:
+        ceiling = results.get("bfloat16/matmul_ceiling" + suffix, {}).get("keras_bert")
+        for job in ("bfloat16/forward" + suffix, "bfloat16/forward~stored_weights" + suffix):
+            if ceiling and job in results:
+                report[f"{job}_of_ceiling"] = (results[job]["keras_bert"]["per_s"]
+                                               / ceiling["per_s"])  # fmt: skip
     text = json.dumps(report, indent=2)
     if FLAGS.output:
         with open(FLAGS.output, "w", encoding="utf-8") as f:

@@ -1,0 +1,40 @@
+"""benchmarks.peers' bookkeeping (the runs themselves need the bench extra's PyTorch)."""
+
+from benchmarks.peer_results import compare
+
+
+def rate(side, per_s):
+    return {side: {"per_s": per_s}}
+
+
+def test_each_setting_is_compared_with_pytorchs_best_job_and_setting():
+    results = {
+        "batch_1~threads=0": rate("keras_bert", 300.0),
+        "batch_1~threads=1": rate("keras_bert", 330.0),
+        "batch_1@bfloat16~threads=0": rate("pytorch", 220.0),
+        "batch_1@bfloat16~threads=1": rate("pytorch", 165.0),
+        "batch_1@float32~threads=0": rate("pytorch", 145.0),
+        "batch_32~threads=0": rate("keras_bert", 1100.0),
+        "batch_32@bfloat16~threads=0": rate("pytorch", 500.0),
+    }
+    compare(results)
+    assert results["batch_1~threads=1"]["ratio"] == 1.5  # 330 / 220: best against best
+    assert results["batch_1~threads=1"]["ratio_against"] == "batch_1@bfloat16~threads=0"
+    assert results["batch_1~threads=0"]["ratio"] == 300.0 / 220.0
+    assert results["batch_32~threads=0"]["ratio"] == 2.2  # batch 32 never against batch 1
+    assert "ratio" not in results["batch_1@float32~threads=0"]
+
+
+def test_jobs_both_sides_run_are_compared_across_settings_too():
+    # The encoder's jobs have the same names on both sides (no @precision on PyTorch's).
+    results = {
+        "bfloat16/forward~threads=0": {**rate("keras_bert", 4000.0), **rate("pytorch", 3200.0)},
+        "bfloat16/forward~threads=1": {**rate("keras_bert", 2400.0), **rate("pytorch", 1600.0)},
+        "bfloat16/forward~stored_weights~threads=0": rate("keras_bert", 4400.0),
+        "bfloat16/matmul_ceiling~threads=0": rate("keras_bert", 5000.0),
+    }
+    compare(results)
+    assert results["bfloat16/forward~threads=0"]["ratio"] == 1.25
+    assert results["bfloat16/forward~threads=1"]["ratio"] == 0.75  # against 3,200, not 1,600
+    assert results["bfloat16/forward~stored_weights~threads=0"]["ratio"] == 1.375
+    assert "ratio" not in results["bfloat16/matmul_ceiling~threads=0"]
