@@ -117,7 +117,6 @@ class BertDropout(keras.layers.Dropout):
         return tf.where(keep, inputs * scale, tf.zeros((), inputs.dtype))
 
 
-
 def initializer(stddev):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
@@ -343,10 +342,10 @@ class BertSelfAttention(keras.layers.Layer):
         for layer in (self.query, self.key, self.value, self.output_dense):
             layer.build(input_shape)
 
-    def _split_heads(self, x, layout, batch, seq):
-        x = spread_for_attention(x, layout)  # (batch * seq, hidden)
-        x = ops.reshape(x, (batch, seq, self.num_attention_heads, self.head_size))
-        return swap_heads_and_positions(x)  # (batch, heads, seq, head_size)
+    def _split_heads(self, x, batch, length):
+        """(batch * length, hidden) -> (batch, heads, length, head_size)."""
+        x = ops.reshape(x, (batch, length, self.num_attention_heads, self.head_size))
+        return swap_heads_and_positions(x)
 
     def call(self, tokens, layout, training=None, first_only=False):
         input_mask = layout["input_mask"]
@@ -358,13 +357,12 @@ class BertSelfAttention(keras.layers.Layer):
         if first_only:
             queries = 1
             query = self.query(tf.gather(tokens, layout["first"]))  # (batch, hidden)
-            query = ops.reshape(query, (batch, 1, self.num_attention_heads, self.head_size))
-            query = swap_heads_and_positions(query)  # (batch, heads, 1, head_size)
         else:
             queries = seq
-            query = self._split_heads(self.query(tokens), layout, batch, seq)
-        key = self._split_heads(self.key(tokens), layout, batch, seq)
-        value = self._split_heads(self.value(tokens), layout, batch, seq)
+            query = spread_for_attention(self.query(tokens), layout)  # (batch * seq, hidden)
+        query = self._split_heads(query, batch, queries)  # (batch, heads, queries, head_size)
+        key = self._split_heads(spread_for_attention(self.key(tokens), layout), batch, seq)
+        value = self._split_heads(spread_for_attention(self.value(tokens), layout), batch, seq)
         # Only where oneDNN would run them: not on GPUs, and not in float16 (TensorFlow's
         # BatchMatMulV3 has no float16 kernel on CPUs).
         small = (self.compute_dtype != "float16" and not tf.config.list_logical_devices("GPU")
