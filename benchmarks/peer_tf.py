@@ -8,7 +8,8 @@ import os
 import sys
 
 from benchmarks import peer_worker
-from benchmarks.peer_worker import FINETUNE_STEPS_PER_STEP_FLAG, SERVING_SENTENCES, sst2
+from benchmarks.peer_worker import (FINETUNE_STEPS_PER_STEP_FLAG, PRODUCTS_CALLS,
+                                     SERVING_SENTENCES, minilm_products, sst2)
 
 CHANNEL = peer_worker.protocol_channel()
 
@@ -79,8 +80,12 @@ def encoder_jobs(opts):
          "input_type_ids": tf.zeros((batch, seq), tf.int32)}  # fmt: skip
     y = tf.constant(rng.integers(0, 2, batch), tf.int32)
     tokens = batch * seq
+    # A worker with TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (peers --onednn_frozen_weights) times what
+    # a served bfloat16 export runs, and the ceiling: nothing that trains, which the setting
+    # would silently stall, and no float32 (not for float32 exports; see the README).
+    frozen = opts.get("onednn_frozen_weights", False)
     jobs = {}
-    for precision in opts["precisions"]:
+    for precision in ["bfloat16"] if frozen else opts["precisions"]:
         keras.config.set_dtype_policy(policy_name(precision))
         encoder = BertEncoder(**config.to_dict())
         classifier = keras_bert.BertClassifier(encoder, preprocessor=None)  # token ids in
@@ -112,9 +117,10 @@ def encoder_jobs(opts):
                 realize(ceiling())
             return steps * tokens, "tokens"
 
-        jobs[f"{precision}/forward"] = run_forward
-        jobs[f"{precision}/train_step"] = run_train
         jobs[f"{precision}/matmul_ceiling"] = run_ceiling
+        if not frozen:
+            jobs[f"{precision}/forward"] = run_forward
+            jobs[f"{precision}/train_step"] = run_train
     keras.config.set_dtype_policy("float32")
     return jobs
 
@@ -158,6 +164,27 @@ def serving_jobs(opts):
               for i in range(0, len(sentences), 32)]  # fmt: skip
     np.save(os.path.join(opts["scratch"], "keras_bert_labels.npy"), np.concatenate(labels))
     return jobs
+
+
+def products_jobs(opts):
+    """A batch-1 call's dense products alone: bfloat16 constants (oneDNN keeps their
+    reordered layout, as for a served export with frozen weights), product and bias fused."""
+    x, layers = minilm_products(opts["batch_size"], np.random.default_rng(0))
+    x = tf.constant(x, tf.bfloat16)
+    layers = [(tf.constant(w, tf.bfloat16), tf.constant(b, tf.bfloat16)) for w, b in layers]
+
+    @tf.function
+    def call(x):
+        for w, b in layers:
+            x = tf.nn.bias_add(tf.matmul(x, w), b)
+        return x
+
+    def run():
+        for _ in range(PRODUCTS_CALLS):
+            realize(call(x))
+        return PRODUCTS_CALLS, "calls"
+
+    return {"products": run}
 
 
 def finetune_jobs(opts):
@@ -206,7 +233,7 @@ def main():
     if opts["bench"] == "prepare_serving":
         return prepare_serving(opts)
     make = {"encoder": encoder_jobs, "tokenizer": tokenizer_jobs, "serving": serving_jobs,
-            "finetune": finetune_jobs}[opts["bench"]]  # fmt: skip
+            "finetune": finetune_jobs, "products": products_jobs}[opts["bench"]]  # fmt: skip
     jobs = make(opts)
     info = {"tensorflow": tf.__version__,
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),

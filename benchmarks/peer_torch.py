@@ -6,7 +6,8 @@ import contextlib
 import os
 
 from benchmarks import peer_worker
-from benchmarks.peer_worker import FINETUNE_STEPS_PER_STEP_FLAG, SERVING_SENTENCES, sst2
+from benchmarks.peer_worker import (FINETUNE_STEPS_PER_STEP_FLAG, PRODUCTS_CALLS,
+                                     SERVING_SENTENCES, minilm_products, sst2)
 
 CHANNEL = peer_worker.protocol_channel()
 
@@ -157,12 +158,31 @@ def finetune_jobs(opts):
     return jobs
 
 
+def products_jobs(opts):
+    """A batch-1 call's dense products alone, as torch.nn.functional.linear with bfloat16
+    weights (what autocast hands it)."""
+    x, layers = minilm_products(opts["batch_size"], np.random.default_rng(0))
+    x = torch.from_numpy(x).bfloat16()
+    layers = [(torch.from_numpy(w.T.copy()).bfloat16(), torch.from_numpy(b).bfloat16())
+              for w, b in layers]  # fmt: skip
+
+    def run():
+        with torch.inference_mode():
+            for _ in range(PRODUCTS_CALLS):
+                y = x
+                for w, b in layers:
+                    y = torch.nn.functional.linear(y, w, b)
+        return PRODUCTS_CALLS, "calls"
+
+    return {"products": run}
+
+
 def main():
     opts = peer_worker.options()
     if opts.get("threads"):
         torch.set_num_threads(opts["threads"])
     make = {"encoder": encoder_jobs, "tokenizer": tokenizer_jobs, "serving": serving_jobs,
-            "finetune": finetune_jobs}[opts["bench"]]  # fmt: skip
+            "finetune": finetune_jobs, "products": products_jobs}[opts["bench"]]  # fmt: skip
     jobs = make(opts)
     info = {"torch": torch.__version__, "transformers": transformers.__version__,
             "tokenizers": tokenizers.__version__, "threads": torch.get_num_threads(),

@@ -57,3 +57,18 @@ def per_call(calls, run):
 # The serving and fine-tuning workloads, the same on both sides.
 SERVING_SENTENCES = {1: 64, 32: 256}  # per timed job, by batch size
 FINETUNE_STEPS_PER_STEP_FLAG = 10
+
+
+def minilm_products(rows, rng):
+    """The dense products of one MiniLM call (6 blocks of query, key, value, output, up and
+    down), as float32 (weight, bias) pairs, chained in this order: a bfloat16 export's products
+    for a sentence of `rows` tokens, each fed the previous one's output."""
+    hidden, inner = 384, 1536
+    shapes = [(hidden, hidden)] * 4 + [(hidden, inner), (inner, hidden)]
+    layers = [(rng.standard_normal(shape).astype("float32") * 0.05,
+               rng.standard_normal(shape[1]).astype("float32") * 0.05)
+              for _ in range(6) for shape in shapes]  # fmt: skip
+    return rng.standard_normal((rows, hidden)).astype("float32"), layers
+
+
+PRODUCTS_CALLS = 50  # per timed job

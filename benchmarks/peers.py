@@ -7,7 +7,11 @@
         [--onednn_frozen_weights]                   # ... as the README's TF Serving setting
         [--threads=1]                               # ... one thread an op, on both sides
         [--threads=1,0]                             # ... both settings in one run
+    python -m benchmarks.peers --bench=encoder --onednn_frozen_weights
+                                                    # ... also the forward a bf16 export serves
     python -m benchmarks.peers --bench=finetune     # fine-tuning MiniLM on SST-2, examples/s
+    python -m benchmarks.peers --bench=products --threads=1,2
+                                                    # a 25-token sentence's dense products alone
 
 Each side runs in a worker process (benchmarks/peer_tf.py, benchmarks/peer_torch.py) that sets
 up once and then times one job at a time when asked. This process asks the two sides in turn,
@@ -34,11 +38,14 @@ from benchmarks import newest_export
 from benchmarks.peer_results import compare, summary
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("bench", "encoder", ["encoder", "tokenizer", "serving", "finetune"],
+flags.DEFINE_enum("bench", "encoder",
+                  ["encoder", "tokenizer", "serving", "finetune", "products"],
                   "What to compare (see the module docstring).")  # fmt: skip
 flags.DEFINE_integer("rounds", 5, "Alternating rounds; each round times every job once a side.")
 flags.DEFINE_integer("batch_size", None, "Examples per call. Default: 8 for encoder, 32 for "
-                     "finetune and tokenizer; serving always measures batch 1 and batch 32.")
+                     "finetune and tokenizer; serving always measures batch 1 and batch 32; "
+                     "products: the rows (tokens) each product sees, 25 (a mean SST-2 dev "
+                     "sentence's tokens).")
 flags.DEFINE_integer("seq_length", 128, "encoder: tokens per sequence (no padding).")
 flags.DEFINE_integer("steps", 3, "encoder: steps per timed job; finetune: 10x this.")
 flags.DEFINE_list("precisions", ["float32", "bfloat16"], "encoder: precisions to measure.")
@@ -55,7 +62,10 @@ flags.DEFINE_list("threads", [], "Threads each side computes an op with (TensorF
                   "in one run. Default: 0 alone.")
 flags.DEFINE_bool("onednn_frozen_weights", False, "serving: run the keras_bert side with "
                   "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1, the TF Serving setting the README "
-                  "recommends (oneDNN keeps its reordered weights between calls).")
+                  "recommends for bfloat16 exports (oneDNN keeps its reordered weights between "
+                  "calls). encoder: also run a keras_bert worker with it, in the same rounds, "
+                  "that times the bfloat16 forward with stored weights (what such an export "
+                  "runs) and the ceiling, its jobs named X~frozen_weights.")
 
 SIDES = ("keras_bert", "pytorch")
 
@@ -68,6 +78,7 @@ class Worker:
         self.side = side
         self.suffix = suffix  # added to the side's job names, which it does not know
         env = dict(os.environ)
+        env.pop("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", None)  # only where asked: it stalls training
         if side == "keras_bert" and options.get("onednn_frozen_weights"):
             env["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
         self.process = subprocess.Popen(
@@ -93,14 +104,17 @@ class Worker:
 
 
 def options():
-    batch_size = FLAGS.batch_size or {"encoder": 8}.get(FLAGS.bench, 32)
+    if FLAGS.onednn_frozen_weights and FLAGS.bench not in ("serving", "encoder"):
+        raise app.UsageError(f"--onednn_frozen_weights: for --bench=serving or encoder, "
+                             f"not {FLAGS.bench}")  # fmt: skip
+    batch_size = FLAGS.batch_size or {"encoder": 8, "products": 25}.get(FLAGS.bench, 32)
     export = FLAGS.export
     if FLAGS.bench == "serving" and not export:
         export = newest_export("sst-2")
     return {"bench": FLAGS.bench, "batch_size": batch_size, "seq_length": FLAGS.seq_length,
             "steps": FLAGS.steps, "precisions": FLAGS.precisions, "export": export,
             "run_dir": FLAGS.run_dir, "checkpoint": FLAGS.checkpoint,
-            "onednn_frozen_weights": FLAGS.bench == "serving" and FLAGS.onednn_frozen_weights,
+            "onednn_frozen_weights": FLAGS.onednn_frozen_weights,
             "threads": thread_settings(),
             "scratch": tempfile.mkdtemp(prefix="peers-")}  # fmt: skip
 
@@ -147,12 +161,16 @@ def main(argv):
     opts = options()
     prepare(opts)
     settings = opts["threads"]
-    workers = []  # (side, worker), a worker per side and thread setting
+    workers = []  # (side, worker): a worker per side and thread setting (and variant)
     for threads in settings:
         suffix = f"~threads={threads}" if len(settings) > 1 else ""
-        for side in SIDES:  # one at a time: each set-up uses both cores
-            logging.info("starting the %s side%s", side, suffix)
-            workers.append((side, Worker(side, {**opts, "threads": threads}, suffix)))
+        variants = [(side, {}, suffix) for side in SIDES]
+        if opts["bench"] == "encoder" and opts["onednn_frozen_weights"]:
+            variants = [(side, {"onednn_frozen_weights": False}, suffix) for side in SIDES]
+            variants.append(("keras_bert", {}, suffix + "~frozen_weights"))
+        for side, changes, name in variants:  # one at a time: each set-up uses both cores
+            logging.info("starting the %s side%s", side, name)
+            workers.append((side, Worker(side, {**opts, "threads": threads, **changes}, name)))
     jobs = {side: [job for s, w in workers if s == side for job in w.jobs] for side in SIDES}
     all_jobs = sorted(set(jobs["keras_bert"]) | set(jobs["pytorch"]))
     reports = {side: {job: [] for job in jobs[side]} for side in SIDES}

@@ -1,6 +1,13 @@
 """benchmarks.peers' bookkeeping (the runs themselves need the bench extra's PyTorch)."""
 
+import json
+import os
+import subprocess
+import sys
+
 from benchmarks.peer_results import compare
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def rate(side, per_s):
@@ -38,3 +45,17 @@ def test_jobs_both_sides_run_are_compared_across_settings_too():
     assert results["bfloat16/forward~threads=1"]["ratio"] == 0.75  # against 3,200, not 1,600
     assert results["bfloat16/forward~stored_weights~threads=0"]["ratio"] == 1.375
     assert "ratio" not in results["bfloat16/matmul_ceiling~threads=0"]
+
+
+def test_a_frozen_weights_worker_offers_nothing_that_trains():
+    # TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 silently stalls training: a worker run with it (peers
+    # --bench=encoder --onednn_frozen_weights) must time only what a served export runs.
+    options = {"bench": "encoder", "batch_size": 1, "seq_length": 8, "steps": 1,
+               "precisions": ["float32", "bfloat16"], "onednn_frozen_weights": True}
+    env = {**os.environ, "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS": "1"}
+    worker = subprocess.run([sys.executable, "-m", "benchmarks.peer_tf", json.dumps(options)],
+                            cwd=ROOT, input="", capture_output=True, text=True, env=env,
+                            timeout=600)  # fmt: skip
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    offered = json.loads(worker.stdout.splitlines()[0])["jobs"]
+    assert sorted(offered) == ["bfloat16/forward~stored_weights", "bfloat16/matmul_ceiling"]
