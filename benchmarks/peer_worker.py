@@ -60,9 +60,9 @@ FINETUNE_STEPS_PER_STEP_FLAG = 10
 
 
 def minilm_products(rows, rng):
-    """The dense products of one MiniLM call (6 blocks of query, key, value, output, up and
-    down), as float32 (weight, bias) pairs, chained in this order: a bfloat16 export's products
-    for a sentence of `rows` tokens, each fed the previous one's output."""
+    """(input, [(weight, bias), ...]), float32: the dense products of one MiniLM call on a
+    sentence of `rows` tokens (6 blocks of query, key, value, output, up and down), to be run
+    chained in this order, each fed the previous one's output."""
     hidden, inner = 384, 1536
     shapes = [(hidden, hidden)] * 4 + [(hidden, inner), (inner, hidden)]
     layers = [(rng.standard_normal(shape).astype("float32") * 0.05,
