@@ -164,10 +164,13 @@ def main(argv):
     workers = []  # (side, worker): a worker per side and thread setting (and variant)
     for threads in settings:
         suffix = f"~threads={threads}" if len(settings) > 1 else ""
-        variants = [(side, {}, suffix) for side in SIDES]
-        if opts["bench"] == "encoder" and opts["onednn_frozen_weights"]:
-            variants = [(side, {"onednn_frozen_weights": False}, suffix) for side in SIDES]
-            variants.append(("keras_bert", {}, suffix + "~frozen_weights"))
+        # serving: keras_bert's worker runs with the setting; encoder: a third worker does.
+        frozen = opts["onednn_frozen_weights"]
+        variants = [(side, {"onednn_frozen_weights": frozen and opts["bench"] == "serving"},
+                     suffix) for side in SIDES]  # fmt: skip
+        if frozen and opts["bench"] == "encoder":
+            variants.append(("keras_bert", {"onednn_frozen_weights": True},
+                             suffix + "~frozen_weights"))  # fmt: skip
         for side, changes, name in variants:  # one at a time: each set-up uses both cores
             logging.info("starting the %s side%s", side, name)
             workers.append((side, Worker(side, {**opts, "threads": threads, **changes}, name)))
