@@ -167,44 +167,58 @@ def serving_jobs(opts):
 
 
 def products_jobs(opts):
-    """A batch-1 call's dense products alone: bfloat16 constants (oneDNN keeps their
-    reordered layout, as for a served export with frozen weights), product and bias fused."""
+    """A batch-1 call's dense products alone, in each of --precisions: constants (oneDNN keeps
+    their reordered layout, as for a served export with frozen weights), product and bias
+    fused."""
     x, layers = minilm_products(opts["batch_size"], np.random.default_rng(0))
-    x = tf.constant(x, tf.bfloat16)
-    layers = [(tf.constant(w, tf.bfloat16), tf.constant(b, tf.bfloat16)) for w, b in layers]
 
-    @tf.function
-    def call(x):
-        for w, b in layers:
-            x = tf.nn.bias_add(tf.matmul(x, w), b)
-        return x
+    def job(dtype):
+        inputs = tf.constant(x, dtype)
+        weights = [(tf.constant(w, dtype), tf.constant(b, dtype)) for w, b in layers]
 
-    def run():
-        for _ in range(PRODUCTS_CALLS):
-            realize(call(x))
-        return PRODUCTS_CALLS, "calls"
+        @tf.function
+        def call(y):
+            for w, b in weights:  # captured: constants of the graph
+                y = tf.nn.bias_add(tf.matmul(y, w), b)
+            return y
 
-    return {"products": run}
+        def run():
+            for _ in range(PRODUCTS_CALLS):
+                realize(call(inputs))
+            return PRODUCTS_CALLS, "calls"
+
+        return run
+
+    return {f"{precision}/products": job(tf.as_dtype(precision))
+            for precision in opts["precisions"]}  # fmt: skip
 
 
 def finetune_jobs(opts):
+    """`fit` on SST-2 train sentences: in bfloat16, the README recipe (the quick start), and
+    as the variant finetune~float32, the faster one on a CPU whose bfloat16 products are slow."""
     import keras
 
     import keras_bert
     from tasks import default_checkpoint
 
-    keras.config.set_dtype_policy("mixed_bfloat16")  # the README recipe (the quick start)
-    model = keras_bert.BertClassifier.from_checkpoint(opts["checkpoint"] or default_checkpoint())
-    model.compile(learning_rate=1e-4, total_steps=10**6)
     sentences, labels = sst2("train")
     count = opts["batch_size"] * opts["steps"] * FINETUNE_STEPS_PER_STEP_FLAG
-    data = model.make_dataset(sentences[:count], labels[:count], batch_size=opts["batch_size"])
 
-    def run():
-        model.fit(data, epochs=1, verbose=0)
-        return count, "examples"
+    def job(policy):
+        keras.config.set_dtype_policy(policy)
+        model = keras_bert.BertClassifier.from_checkpoint(opts["checkpoint"]
+                                                          or default_checkpoint())  # fmt: skip
+        model.compile(learning_rate=1e-4, total_steps=10**6)
+        data = model.make_dataset(sentences[:count], labels[:count],
+                                  batch_size=opts["batch_size"])  # fmt: skip
 
-    return {"finetune": run}
+        def run():
+            model.fit(data, epochs=1, verbose=0)
+            return count, "examples"
+
+        return run
+
+    return {"finetune": job("mixed_bfloat16"), "finetune~float32": job("float32")}
 
 
 def prepare_serving(opts):

@@ -159,22 +159,27 @@ def finetune_jobs(opts):
 
 
 def products_jobs(opts):
-    """A batch-1 call's dense products alone, as torch.nn.functional.linear with bfloat16
-    weights (what autocast hands it)."""
+    """A batch-1 call's dense products alone, in each of --precisions, as
+    torch.nn.functional.linear (with bfloat16 weights, as autocast hands it them)."""
     x, layers = minilm_products(opts["batch_size"], np.random.default_rng(0))
-    x = torch.from_numpy(x).bfloat16()
-    layers = [(torch.from_numpy(w.T.copy()).bfloat16(), torch.from_numpy(b).bfloat16())
-              for w, b in layers]  # fmt: skip
 
-    def run():
-        with torch.inference_mode():
-            for _ in range(PRODUCTS_CALLS):
-                y = x
-                for w, b in layers:
-                    y = torch.nn.functional.linear(y, w, b)
-        return PRODUCTS_CALLS, "calls"
+    def job(dtype):
+        inputs = torch.from_numpy(x).to(dtype)
+        weights = [(torch.from_numpy(w.T.copy()).to(dtype), torch.from_numpy(b).to(dtype))
+                   for w, b in layers]  # fmt: skip
 
-    return {"products": run}
+        def run():
+            with torch.inference_mode():
+                for _ in range(PRODUCTS_CALLS):
+                    y = inputs
+                    for w, b in weights:
+                        y = torch.nn.functional.linear(y, w, b)
+            return PRODUCTS_CALLS, "calls"
+
+        return run
+
+    return {f"{precision}/products": job(getattr(torch, precision))
+            for precision in opts["precisions"]}  # fmt: skip
 
 
 def main():

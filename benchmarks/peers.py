@@ -48,7 +48,8 @@ flags.DEFINE_integer("batch_size", None, "Examples per call. Default: 8 for enco
                      "sentence's tokens).")
 flags.DEFINE_integer("seq_length", 128, "encoder: tokens per sequence (no padding).")
 flags.DEFINE_integer("steps", 3, "encoder: steps per timed job; finetune: 10x this.")
-flags.DEFINE_list("precisions", ["float32", "bfloat16"], "encoder: precisions to measure.")
+flags.DEFINE_list("precisions", ["float32", "bfloat16"], "encoder and products: precisions to "
+                  "measure.")
 flags.DEFINE_string("export", None, "serving: the SavedModel version folder of a MiniLM "
                     "SST-2 classifier. Default: the newest under exported/sst-2 (made by "
                     "python -m tasks.quickstart).")

@@ -32,8 +32,11 @@ flags.DEFINE_integer("version", None, "Version number. Default: one more than th
 flags.DEFINE_bool("hub_layout", False, "Also export preprocessor and encoder, TF Hub style.")
 flags.DEFINE_enum("precision", "float32", sorted(PRECISIONS),
                   "The export's compute precision, whatever the run trained in. float32 runs "
-                  "at full speed on every CPU; bfloat16 is faster only on CPUs with AVX512-BF16 "
-                  "or AMX (and on GPUs and TPUs), and may answer differently on near ties.")
+                  "at full speed on every CPU; bfloat16 is faster only where the CPU's "
+                  "bfloat16 products outrun its float32 ones (AMX; AMD's AVX512-BF16; not an "
+                  "Intel CPU with AVX512-BF16 but no AMX, where they run at half the speed: "
+                  "README, Speed), and on GPUs and TPUs, and may answer differently on near "
+                  "ties.")
 flags.DEFINE_integer("serving_max_windows", None, "SQuAD runs: windows a served passage may produce "
                      "(default: the run's own, 64 unless trained otherwise); a longer passage's "
                      "end is not read and the answer's passage_cut says so.")

@@ -75,7 +75,9 @@ flags.DEFINE_enum(
     "mixed_precision",
     "none",
     ["none", "bfloat16", "float16"],
-    "Mixed precision policy (float16 uses dynamic loss scaling).",
+    "Mixed precision policy (float16 uses dynamic loss scaling). bfloat16 trains faster only "
+    "where the CPU's bfloat16 products outrun its float32 ones (AMX, AMD's AVX512-BF16; not an "
+    "Intel CPU with AVX512-BF16 but no AMX: README, Speed) and on GPUs and TPUs.",
 )
 flags.DEFINE_bool("bucket_by_length", False, "Batch examples of similar length together.")
 flags.DEFINE_integer("max_train_examples", None, "Use only the first N training examples.")

@@ -59,3 +59,14 @@ def test_a_frozen_weights_worker_offers_nothing_that_trains():
     assert worker.returncode == 0, worker.stderr[-3000:]
     offered = json.loads(worker.stdout.splitlines()[0])["jobs"]
     assert sorted(offered) == ["bfloat16/forward~stored_weights", "bfloat16/matmul_ceiling"]
+
+
+def test_the_products_bench_offers_each_precision():
+    # On a CPU whose bfloat16 products are slow, float32's are the ones to compare.
+    options = {"bench": "products", "batch_size": 3, "precisions": ["float32", "bfloat16"]}
+    worker = subprocess.run([sys.executable, "-m", "benchmarks.peer_tf", json.dumps(options)],
+                            cwd=ROOT, input="", capture_output=True, text=True,
+                            timeout=600)  # fmt: skip
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    offered = json.loads(worker.stdout.splitlines()[0])["jobs"]
+    assert sorted(offered) == ["bfloat16/products", "float32/products"]
