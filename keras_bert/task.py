@@ -284,8 +284,9 @@ class BertTask(keras.Model):
         "float32" (the default) runs at full speed on every CPU; "bfloat16" is faster only
         where the CPU's bfloat16 products outrun its float32 ones (AMX, AMD's AVX512-BF16; an
         Intel CPU with AVX512-BF16 but no AMX runs them at half the speed) and on GPUs and
-        TPUs, and its answers can differ from float32's on near ties. A "bfloat16" or "float16" export stores its dense
-        weights in that precision (`with_precision(..., for_inference=True)`)."""
+        TPUs, and its answers can differ from float32's on near ties. A "bfloat16" or
+        "float16" export stores its dense weights in that precision
+        (`with_precision(..., for_inference=True)`)."""
         if kwargs:
             raise ValueError(f"unexpected arguments {sorted(kwargs)}; keras_bert task models "
                              "export TF Serving SavedModels only")  # fmt: skip
