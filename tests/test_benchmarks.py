@@ -47,26 +47,27 @@ def test_jobs_both_sides_run_are_compared_across_settings_too():
     assert "ratio" not in results["bfloat16/matmul_ceiling~threads=0"]
 
 
+def offered_jobs(options, env=None):
+    """The jobs a keras_bert worker (benchmarks.peer_tf) offers for `options`: it announces
+    them on its first line, then exits at the end of its (empty) input."""
+    worker = subprocess.run([sys.executable, "-m", "benchmarks.peer_tf", json.dumps(options)],
+                            cwd=ROOT, input="", capture_output=True, text=True, env=env,
+                            timeout=600)  # fmt: skip
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    return json.loads(worker.stdout.splitlines()[0])["jobs"]
+
+
 def test_a_frozen_weights_worker_offers_nothing_that_trains():
     # TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 silently stalls training: a worker run with it (peers
     # --bench=encoder --onednn_frozen_weights) must time only what a served export runs.
     options = {"bench": "encoder", "batch_size": 1, "seq_length": 8, "steps": 1,
                "precisions": ["float32", "bfloat16"], "onednn_frozen_weights": True}
     env = {**os.environ, "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS": "1"}
-    worker = subprocess.run([sys.executable, "-m", "benchmarks.peer_tf", json.dumps(options)],
-                            cwd=ROOT, input="", capture_output=True, text=True, env=env,
-                            timeout=600)  # fmt: skip
-    assert worker.returncode == 0, worker.stderr[-3000:]
-    offered = json.loads(worker.stdout.splitlines()[0])["jobs"]
+    offered = offered_jobs(options, env)
     assert sorted(offered) == ["bfloat16/forward~stored_weights", "bfloat16/matmul_ceiling"]
 
 
 def test_the_products_bench_offers_each_precision():
     # On a CPU whose bfloat16 products are slow, float32's are the ones to compare.
     options = {"bench": "products", "batch_size": 3, "precisions": ["float32", "bfloat16"]}
-    worker = subprocess.run([sys.executable, "-m", "benchmarks.peer_tf", json.dumps(options)],
-                            cwd=ROOT, input="", capture_output=True, text=True,
-                            timeout=600)  # fmt: skip
-    assert worker.returncode == 0, worker.stderr[-3000:]
-    offered = json.loads(worker.stdout.splitlines()[0])["jobs"]
-    assert sorted(offered) == ["bfloat16/products", "float32/products"]
+    assert sorted(offered_jobs(options)) == ["bfloat16/products", "float32/products"]
