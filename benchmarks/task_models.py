@@ -8,7 +8,9 @@ tasks/data, two ways in the same process, alternating rounds:
               the binaries call now (the model's preprocessor mapped in tf.data);
   token_ids:  a hand-made tf.data pipeline (tokenizer + packer) fed to plain `keras.Model.fit`
               / `predict`: what the binaries did before the task models.
-Reports examples/s (medians) and the ratio strings / token_ids for each.
+Reports examples/s (medians) and the ratio strings / token_ids for each; and the latency of
+`model.predict([sentence])`, one sentence a call (`--single_calls` calls a round), as a user
+scoring texts one by one meets it: "predict_one/strings", milliseconds a call (medians).
 """
 
 import json
@@ -29,6 +31,7 @@ flags.DEFINE_string("checkpoint", None, "Checkpoint folder. Default: MiniLM.")
 flags.DEFINE_integer("rounds", 5, "Alternating rounds.")
 flags.DEFINE_integer("examples", 320, "Examples per timed fit / predict pass.")
 flags.DEFINE_integer("batch_size", 32, "Examples per batch.")
+flags.DEFINE_integer("single_calls", 16, "predict([sentence]) calls a round, one sentence each.")
 
 DEV = os.path.join(os.path.dirname(__file__), "..", "tasks", "data", "SST-2", "dev.tsv")
 
@@ -60,10 +63,13 @@ def main(argv):
                                                  verbose=0),
         "predict/token_ids": lambda: keras.Model.predict(model, token_ids(model, sentences),
                                                          verbose=0),
+        "predict_one/strings": lambda: [model.predict(sentences[i : i + 1], verbose=0)
+                                        for i in range(FLAGS.single_calls)],
     }  # fmt: skip
     for run in ways.values():  # warm up: trace the batch shapes of the pass
         run()
     timings = time_alternating(ways, FLAGS.rounds)
+    single = timings.pop("predict_one/strings")
     results = {name: len(sentences) / statistics.median(t) for name, t in timings.items()}
     print(json.dumps({
         "checkpoint": path, "precision": "mixed_bfloat16", "examples": len(sentences),
@@ -73,6 +79,8 @@ def main(argv):
         "fit_strings_over_token_ids": results["fit/strings"] / results["fit/token_ids"],
         "predict_strings_over_token_ids":
             results["predict/strings"] / results["predict/token_ids"],
+        "predict_one/strings_ms": 1e3 * statistics.median(single) / FLAGS.single_calls,
+        "predict_one/seconds_per_round": [round(x, 3) for x in single],
     }, indent=2))  # fmt: skip
 
 

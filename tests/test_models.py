@@ -55,6 +55,38 @@ def test_classifier_learns_from_lists_arrays_and_datasets(classifier):
     np.testing.assert_allclose(from_dataset, logits, atol=1e-5)
 
 
+def test_preprocessing_is_traced_once_and_predict_runs_the_exports_graph(classifier,
+                                                                         monkeypatch):  # fmt: skip
+    traces = []  # preprocess_batch's Python body runs only while a graph is traced
+    preprocess = type(classifier).preprocess_batch
+    monkeypatch.setattr(type(classifier), "preprocess_batch",
+                        lambda self, *data: traces.append(1) or preprocess(self, *data))
+    logits = classifier.predict(SENTENCES, verbose=0)
+    traced = len(traces)
+    np.testing.assert_allclose(classifier.predict(SENTENCES[::-1], verbose=0), logits[::-1],
+                               atol=1e-6)  # fmt: skip
+    assert traced == 1 and len(traces) == 1  # Keras kept the first call's graph
+    # The strings are preprocessed in the predict step: the graph an export runs, number for number.
+    direct = tf.function(lambda s: classifier(classifier.preprocessor(s)))(tf.constant(SENTENCES))
+    np.testing.assert_array_equal(logits, direct.numpy())
+    classifier.compile()
+    classifier.evaluate(SENTENCES, LABELS, verbose=0)
+    classifier.evaluate(SENTENCES[::-1], LABELS[::-1], verbose=0)
+    assert len(traces) == 2  # evaluate's tf.data map: one more graph, kept for the next call
+
+
+def test_predict_under_a_strategy_preprocesses_in_tf_data(classifier, tiny_checkpoint):
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        placed = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=2,
+                                                           sequence_length=32)  # fmt: skip
+    placed.set_weights(classifier.get_weights())
+    assert classifier._preprocesses_in_step() and not placed._preprocesses_in_step()
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        assert not classifier._preprocesses_in_step()  # a strategy in scope at the call
+    np.testing.assert_allclose(placed.predict(SENTENCES, verbose=0),
+                               classifier.predict(SENTENCES, verbose=0), atol=1e-6)  # fmt: skip
+
+
 def test_compile_auto_counts_the_steps_of_its_warmup_and_decay(classifier):
     classifier.compile(learning_rate=1e-3, warmup_proportion=0.5)
     classifier.fit(SENTENCES * 4, LABELS * 4, batch_size=4, epochs=2, verbose=0)
