@@ -5,7 +5,8 @@
 One MiniLM classifier (mixed_bfloat16, batch 32) on the real SST-2 dev sentences bundled in
 tasks/data, two ways in the same process, alternating rounds:
   strings:    `model.fit(sentences, labels)` / `model.predict(sentences)`: what a user and
-              the binaries call now (the model's preprocessor mapped in tf.data);
+              the binaries call now (the model's preprocessor mapped in tf.data for fit,
+              run inside Keras' predict step for predict);
   token_ids:  a hand-made tf.data pipeline (tokenizer + packer) fed to plain `keras.Model.fit`
               / `predict`: what the binaries did before the task models.
 Reports examples/s (medians) and the ratio strings / token_ids for each; and the latency of

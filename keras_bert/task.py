@@ -165,7 +165,7 @@ class BertTask(keras.Model):
         """Batches of encoder inputs (and targets), ready for Keras."""
         dataset = self.batched(x, y, sample_weight, batch_size, shuffle=training, seed=seed)
         # Traced once for the model's life: tracing the tokenizer and packer takes about 0.15 s,
-        # which every fit, evaluate and predict paid again before.
+        # which a plain function would cost every call of fit and evaluate.
         return dataset.map(self.traced(self._preprocess_element),
                            num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
@@ -272,8 +272,9 @@ class BertTask(keras.Model):
         return super().predict_step(x)
 
     def traced(self, function):
-        """`function` as one tf.function for the model's life, so that the dev callback that
-        predicts after every epoch traces its graph once, not once an epoch."""
+        """`function` as one tf.function for the model's life, so that its graph is traced
+        once, not at every call (the dev callback that predicts after every epoch, each
+        `make_dataset` of fit and evaluate)."""
         # Kept outside Keras' attribute tracking: a plain cache, not a part of the model.
         cache = self.__dict__.get("_traced_functions")
         if cache is None:
