@@ -179,10 +179,22 @@ class BertTokenizer(keras.layers.Layer):
         return self._token_ids["[UNK]"]
 
     def call(self, inputs):
-        """Token ids only. Texts that are pure ASCII are cleaned whole (the same result as the
+        """Token ids only. A batch of printable ASCII texts (the common case) needs only
+        lower-casing before WordPiece and takes that path alone; any other batch takes
+        `_tokenize_mixed`. (A `tf.cond` on the whole batch rather than a split by rows: with
+        `BertPacker._pack_one`, a batch of 32 SST-2 dev sentences is tokenized and packed 1.07x
+        to 1.20x faster than when every batch split its rows; the ids are the same.)"""
+        inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
+        printable = tf.reduce_all(tf.strings.regex_full_match(inputs, r"[\x20-\x7e]*"))
+        return tf.cond(printable,
+                       lambda: self._wordpiece.tokenize(
+                           tf.strings.lower(inputs) if self.do_lower_case else inputs),
+                       lambda: self._tokenize_mixed(inputs))  # fmt: skip
+
+    def _tokenize_mixed(self, inputs):
+        """Texts that are pure ASCII are cleaned whole (the same result as the
         character-by-character clean-up there, about 4 times faster); the others, and every
         text of `tokenize_with_offsets`, character by character."""
-        inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
         is_ascii = tf.strings.regex_full_match(inputs, r"[\x00-\x7f]*")
         ascii_rows, other_rows = tf.where(is_ascii)[:, 0], tf.where(~is_ascii)[:, 0]
         ascii_ids = self._wordpiece.tokenize(_clean_ascii(tf.gather(inputs, ascii_rows),
@@ -266,14 +278,34 @@ class BertPacker(keras.layers.Layer):
 
     def call(self, first_segment, second_segment=None):
         segments = [tf.cast(first_segment, tf.int32)]
-        lengths = [tf.cast(segments[0].row_lengths(), tf.int64)]
         if second_segment is None:
-            lengths = [tf.minimum(lengths[0], self.sequence_length - 2)]
-        else:
-            segments.append(tf.cast(second_segment, tf.int32))
-            second_lengths = tf.cast(segments[1].row_lengths(), tf.int64)
-            lengths = list(_trim_lengths(lengths[0], second_lengths, self.sequence_length - 3))
+            return self._pack_one(segments[0])
+        segments.append(tf.cast(second_segment, tf.int32))
+        first, second = (tf.cast(s.row_lengths(), tf.int64) for s in segments)
+        lengths = list(_trim_lengths(first, second, self.sequence_length - 3))
         return self._pack(segments, lengths)
+
+    def _pack_one(self, segment):
+        """`_pack` for a single segment, in fewer ops: the tokens padded (and truncated) by
+        `to_tensor`, a [CLS] column before them, and [SEP] written after each row's last token
+        (a batch of 32 SST-2 sentences packs 1.07x faster, in a tf.function of its own, than
+        through `_pack`'s index arithmetic; the same ids)."""
+        lengths = tf.minimum(tf.cast(segment.row_lengths(), tf.int64), self.sequence_length - 2)
+        if self.pad_to_sequence_length:
+            width = tf.constant(self.sequence_length - 2, tf.int64)
+        else:  # an empty batch still has [CLS] and [SEP] columns, for what reads them
+            width = tf.maximum(tf.reduce_max(lengths), 0)
+        tokens = segment.to_tensor(self.pad_id, shape=tf.stack([tf.size(lengths, tf.int64), width]))
+        rows = tf.shape(tokens)[:1]
+        ids = tf.concat([tf.fill(rows, self.cls_id)[:, None], tokens,
+                         tf.fill(rows, self.pad_id)[:, None]], axis=1)  # fmt: skip
+        position = tf.range(width + 2)[None, :]  # (1, seq)
+        total = (lengths + 2)[:, None]  # tokens of each row, [CLS] and [SEP] counted
+        return {
+            "input_word_ids": tf.where(tf.equal(position, total - 1), self.sep_id, ids),
+            "input_mask": tf.cast(position < total, tf.int32),
+            "input_type_ids": tf.zeros_like(ids),
+        }
 
     def _pack(self, segments, lengths):
         """[CLS], then each segment's first `lengths` tokens and a [SEP], padded: each output

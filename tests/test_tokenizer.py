@@ -272,3 +272,48 @@ def test_empty_strings_give_cls_sep(minilm_dir):
     tokenizer = BertTokenizer.from_checkpoint(minilm_dir)
     packed = BertPacker.from_tokenizer(tokenizer)(tokenizer(tf.constant(["", "  \t "])))
     assert packed["input_word_ids"].numpy().tolist() == [[101, 102], [101, 102]]
+
+
+@pytest.mark.parametrize("pad_to_sequence_length", [False, True])
+def test_one_segment_packs_as_the_general_packing_does(pad_to_sequence_length):
+    """A single segment has a packing of its own (fewer ops); it must build what the general
+    index arithmetic builds for it, row lengths 0 to 14 at sequence lengths 3 to 12, an
+    empty batch included."""
+    rng = np.random.default_rng(3)
+    for sequence_length in [3, 4, 7, 12]:
+        packer = BertPacker(1, 2, 0, sequence_length=sequence_length,
+                            pad_to_sequence_length=pad_to_sequence_length)  # fmt: skip
+        for rows in [0, 1, 5]:
+            segment = tf.ragged.constant([list(range(10, 10 + n))
+                                          for n in rng.integers(0, 15, rows)],
+                                         tf.int32, row_splits_dtype=tf.int64)  # fmt: skip
+            if rows == 0:
+                segment = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int32),
+                                                           tf.zeros([0], tf.int64))  # fmt: skip
+            lengths = tf.minimum(segment.row_lengths(), sequence_length - 2)
+            general = packer._pack([segment], [lengths])
+            packed = packer(segment)
+            for key, value in general.items():
+                assert packed[key].dtype == tf.int32
+                assert packed[key].numpy().tolist() == value.numpy().tolist(), (key, rows)
+            assert packed["input_word_ids"].shape[1] == (
+                sequence_length if pad_to_sequence_length else max(2, 2 + max(
+                    [min(n, sequence_length - 2) for n in segment.row_lengths().numpy()],
+                    default=0)))
+
+
+def test_printable_batches_take_a_short_path_with_the_same_ids(minilm_dir, texts):
+    """A batch of printable ASCII texts is only lower-cased before WordPiece. Its ids must equal
+    those of the character-by-character clean-up, with and without lower-casing, and a
+    batch that adds one text with a tab (the long path) must give the others the same ids."""
+    rng = np.random.default_rng(11)
+    alphabet = [chr(i) for i in range(32, 127)] + list("aeiou   ") * 8
+    printable = ["".join(rng.choice(alphabet, rng.integers(0, 60))) for _ in range(300)]
+    printable += [t for t in texts["sst2"] if t.isascii() and t.isprintable()]
+    batch = tf.constant(printable)
+    for lower_case in [True, False]:
+        tokenizer = BertTokenizer(os.path.join(minilm_dir, "vocab.txt"), do_lower_case=lower_case)
+        ids = tokenizer(batch).to_list()
+        assert ids == tokenizer.tokenize_with_offsets(batch)[0].to_list()
+        assert tokenizer(tf.constant(printable + ["a\tb"])).to_list()[:-1] == ids
+        assert tf.function(tokenizer)(batch).to_list() == ids
