@@ -87,6 +87,16 @@ def test_predict_under_a_strategy_preprocesses_in_tf_data(classifier, tiny_check
                                classifier.predict(SENTENCES, verbose=0), atol=1e-6)  # fmt: skip
 
 
+def test_datasets_built_from_lists_run_without_tf_data_autotuning(classifier):
+    """Its thread's sleep (up to 10 s) delays the end of a fit: see task._without_autotuning.
+    A Dataset the user passes keeps the options the user gave it."""
+    built = classifier.make_dataset(SENTENCES, LABELS, training=True)
+    assert built.options().autotune.enabled is False
+    assert [len(x["input_word_ids"]) for x, _ in built] == [4]
+    users = tf.data.Dataset.from_tensor_slices((SENTENCES, LABELS)).batch(2)
+    assert classifier.make_dataset(users).options().autotune.enabled is not False
+
+
 def test_compile_auto_counts_the_steps_of_its_warmup_and_decay(classifier):
     classifier.compile(learning_rate=1e-3, warmup_proportion=0.5)
     classifier.fit(SENTENCES * 4, LABELS * 4, batch_size=4, epochs=2, verbose=0)
