@@ -138,9 +138,10 @@ def tokenizer_jobs(opts):
     pack = tf.function(lambda s: packer(tokenizer(s)))
 
     def run():
-        for b in batches:
-            realize(pack(b))
-        return len(sentences), "sentences"
+        for _ in range(opts["steps"]):
+            for b in batches:
+                realize(pack(b))
+        return opts["steps"] * len(sentences), "sentences"
 
     ids = [row[row != 0].tolist() for b in batches for row in realize(pack(b))["input_word_ids"]]
     np.save(os.path.join(opts["scratch"], "keras_bert_ids.npy"), np.array(ids, dtype=object),

@@ -82,9 +82,10 @@ def tokenizer_jobs(opts):
     batches = [sentences[i : i + size] for i in range(0, len(sentences), size)]
 
     def run():
-        for b in batches:
-            tokenizer(b, padding=True, truncation=True, max_length=128, return_tensors="np")
-        return len(sentences), "sentences"
+        for _ in range(opts["steps"]):
+            for b in batches:
+                tokenizer(b, padding=True, truncation=True, max_length=128, return_tensors="np")
+        return opts["steps"] * len(sentences), "sentences"
 
     ids = [row for b in batches for row in tokenizer(b, truncation=True, max_length=128)["input_ids"]]
     np.save(os.path.join(opts["scratch"], "pytorch_ids.npy"), np.array(ids, dtype=object),

@@ -47,7 +47,8 @@ flags.DEFINE_integer("batch_size", None, "Examples per call. Default: 8 for enco
                      "products: the rows (tokens) each product sees, 25 (a mean SST-2 dev "
                      "sentence's tokens).")
 flags.DEFINE_integer("seq_length", 128, "encoder: tokens per sequence (no padding).")
-flags.DEFINE_integer("steps", 3, "encoder: steps per timed job; finetune: 10x this.")
+flags.DEFINE_integer("steps", 3, "encoder: steps per timed job; tokenizer: passes over "
+                     "the 872 sentences per timed job; finetune: 10x this.")
 flags.DEFINE_list("precisions", ["float32", "bfloat16"], "encoder and products: precisions to "
                   "measure.")
 flags.DEFINE_string("export", None, "serving: the SavedModel version folder of a MiniLM "
