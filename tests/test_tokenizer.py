@@ -317,3 +317,52 @@ def test_printable_batches_take_a_short_path_with_the_same_ids(minilm_dir, texts
         assert ids == tokenizer.tokenize_with_offsets(batch)[0].to_list()
         assert tokenizer(tf.constant(printable + ["a\tb"])).to_list()[:-1] == ids
         assert tf.function(tokenizer)(batch).to_list() == ids
+
+
+def test_whole_text_clean_up_equals_the_character_by_character_one():
+    """Ids without offsets clean whole texts (`_clean_texts`); offsets need one pass per
+    character (`_clean_characters`). Both must give the same text, and Python's clean-up of
+    valid text, on random texts of accents, combining marks, sigmas, CJK, spaces, control,
+    format and private-use characters, emoji, and invalid UTF-8."""
+    from keras_bert.tokenizer import _clean_characters, _clean_texts
+
+    pool = (list("aZ 1.'-ΣΣσΑοςÉéßİǅﬁ中文\t\n\r\x00\x1b\x7f\u00a0\u2003\u3000\u200b\u200d")
+            + ["\u0301", "\u0327", "\u02b0", "\u00ad", "\ue000", "\ufffd", "\U0001f600",
+               "\u24b6", "\u0130"])  # fmt: skip
+    rng = np.random.default_rng(5)
+    texts = ["".join(rng.choice(pool, size=rng.integers(0, 12))) for _ in range(3000)]
+    raw = [t.encode() for t in texts] + [b"caf\xc3", b"\xff\xfeab", b"a\xed\xa0\x80b \xc3\xa9"]
+    text = tf.strings.unicode_transcode(tf.constant(raw), "UTF-8", "UTF-8", errors="replace",
+                                        replacement_char=0xFFFD)  # fmt: skip
+    characters = tf.strings.unicode_split(text, "UTF-8")
+    for lower_case in [True, False]:
+        by_character = tf.strings.reduce_join(characters.with_flat_values(_clean_characters(
+            characters.flat_values, lower_case, characters.value_rowids())), axis=-1)
+        whole = _clean_texts(tf.constant(raw), lower_case)
+        assert whole.numpy().tolist() == by_character.numpy().tolist()
+
+    def python_clean(text):  # the original BERT clean-up, then lower(), NFD, accents stripped
+        text = "".join(" " if c in "\t\n\r" or unicodedata.category(c) == "Zs" else c
+                       for c in text if c in "\t\n\r" or c != "\ufffd"
+                       and unicodedata.category(c) not in ("Cc", "Cf", "Co"))  # fmt: skip
+        text = unicodedata.normalize("NFD", text.lower())
+        return "".join(c for c in text if unicodedata.category(c) != "Mn")
+
+    ours = [t.decode() for t in _clean_texts(tf.constant(texts), True).numpy()]
+    assert [(t, o) for t, o in zip(texts, ours) if o != python_clean(t)] == []
+
+
+def test_whitespace_class_is_tab_line_ends_and_the_space_separators():
+    """`_WHITESPACE` lists Unicode's Zs characters (the space itself left out, it stays as it
+    is) rather than writing \\p{Zs}: over every code point, it matches what
+    [\\t\\n\\r\\p{Zs}] matches, the space excepted."""
+    from keras_bert.tokenizer import _WHITESPACE
+
+    points = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    characters = tf.strings.unicode_encode(tf.constant(points)[:, None], "UTF-8")
+    listed = tf.strings.regex_full_match(characters, _WHITESPACE).numpy()
+    spaces = tf.strings.regex_full_match(characters, r"[\t\n\r\p{Zs}]").numpy()
+    assert spaces[32] and not listed[32]
+    spaces[32] = False
+    assert [points[i] for i in np.flatnonzero(listed != spaces)] == []
+    assert sum(listed) == 19  # \t \n \r and 16 space separators besides U+0020
