@@ -30,13 +30,14 @@ PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mi
 FROZEN_WEIGHTS_VARIABLE = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 
 
-def _without_autotuning(dataset):
+def without_autotuning(dataset):
     """`dataset` without tf.data's autotuning thread. That thread sleeps between its
     optimizations for longer and longer periods (up to 10 s), and destroying an iterator waits
     for the sleep to end, so a short `fit` or `evaluate` can end seconds after its last step:
     of 8 one-epoch fits of 30 steps (3.5 s of work) 2 to 6 ended at 5.2 s, and none without it.
     Steps run as fast without it, AUTOTUNE parallelism and prefetch falling back to their
-    defaults: the preprocessing costs about 0.5 ms a batch, a training step 100 ms or more."""
+    defaults: the preprocessing costs about 0.5 ms a batch, a training step 100 ms or more.
+    `batched` applies it to what it builds from lists, the task binaries to their datasets."""
     options = tf.data.Options()
     options.autotune.enabled = False
     return dataset.with_options(options)
@@ -155,7 +156,7 @@ class BertTask(keras.Model):
 
     def batched(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=None):
         """Raw data as a batched tf.data.Dataset of raw strings (and targets), without tf.data's
-        autotuning (`_without_autotuning`). A Dataset is taken as it is, options included
+        autotuning (`without_autotuning`). A Dataset is taken as it is, options included
         (batched, with elements x, (x, y) or (x, y, sample_weight))."""
         if isinstance(x, tf.data.Dataset):
             if y is not None:
@@ -171,7 +172,7 @@ class BertTask(keras.Model):
         dataset = tf.data.Dataset.from_tensor_slices(data)
         if shuffle:
             dataset = dataset.shuffle(_length(x), seed=seed, reshuffle_each_iteration=True)
-        return _without_autotuning(dataset.batch(batch_size or 32))
+        return without_autotuning(dataset.batch(batch_size or 32))
 
     def make_dataset(self, x, y=None, sample_weight=None, batch_size=None, training=False,
                      seed=None):  # fmt: skip

@@ -21,7 +21,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import distribute
-from keras_bert.task import PRECISIONS
+from keras_bert.task import PRECISIONS, without_autotuning
 from tasks import default_checkpoint, progress, runs
 
 FLAGS = flags.FLAGS
@@ -145,7 +145,7 @@ def make_dataset(split, text_keys, batch_size, training=False, with_labels=True)
         dataset = dataset.batch(batch_size)
     if not with_labels and isinstance(texts, tuple):
         dataset = dataset.map(lambda *pair: (pair,))  # a pair of texts is x, not (x, y)
-    return dataset
+    return without_autotuning(dataset)
 
 
 def is_chief(strategy):

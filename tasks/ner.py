@@ -24,6 +24,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertTokenClassifier, textfiles
+from keras_bert.task import without_autotuning
 from tasks import common, driver, run_main, runs
 
 FLAGS = flags.FLAGS
@@ -130,7 +131,7 @@ def train_dataset(split, model, batch_size):
     labels = model.tag_ids(split.labels)
     dataset = tf.data.Dataset.from_tensor_slices((split.texts["sentence"], labels))
     dataset = dataset.shuffle(len(split), seed=FLAGS.seed, reshuffle_each_iteration=True)
-    return dataset.batch(batch_size)
+    return without_autotuning(dataset.batch(batch_size))
 
 
 def predict_tags(model, split):

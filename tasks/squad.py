@@ -24,6 +24,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertQuestionAnswerer, textfiles
+from keras_bert.task import without_autotuning
 from tasks import common, driver, run_main, runs, squad_metrics
 
 FLAGS = flags.FLAGS
@@ -152,10 +153,12 @@ def pairs(split, training=False):
     """Batches of raw (question, passage) pairs, with their answer spans for training."""
     x = (tf.constant(split.texts["question"]), tf.constant(split.texts["context"]))
     if not training:
-        return tf.data.Dataset.from_tensor_slices((x,)).batch(FLAGS.eval_batch_size)
+        return without_autotuning(
+            tf.data.Dataset.from_tensor_slices((x,)).batch(FLAGS.eval_batch_size))
     y = (split.labels[:, 0], split.labels[:, 1])
     dataset = tf.data.Dataset.from_tensor_slices((x, y))
-    return dataset.shuffle(len(split), seed=FLAGS.seed, reshuffle_each_iteration=True).batch(256)
+    dataset = dataset.shuffle(len(split), seed=FLAGS.seed, reshuffle_each_iteration=True)
+    return without_autotuning(dataset.batch(256))
 
 
 def count_windows(split, windows):

@@ -104,6 +104,19 @@ def test_unknown_task_is_refused():
         glue.get_task("SST-3")
 
 
+def test_the_binaries_datasets_run_without_tf_data_autotuning(flags_parsed):
+    """See keras_bert.task.without_autotuning: its thread's sleep delays the end of every
+    epoch's iterator. Training batches (bucketed or not) and prediction batches, pairs too."""
+    split = glue.read_tsv(os.path.join(GLUE, "MRPC", "dev.tsv"), glue.get_task("MRPC"), True)
+    for bucket in [False, True]:
+        flags_parsed.bucket_by_length = bucket
+        for training, with_labels in [(True, True), (False, True), (False, False)]:
+            dataset = common.make_dataset(split, ("#1 String", "#2 String"), 8, training,
+                                          with_labels)  # fmt: skip
+            assert dataset.options().autotune.enabled is False
+            assert sum(len(b[0][0]) for b in dataset) == len(split)
+
+
 def test_fine_tunes_and_writes_every_output(tmp_path, tiny_checkpoint, flags_parsed):
     flags_parsed.task_name = "SST-2"
     flags_parsed.data_dir = os.path.join(GLUE, "SST-2")
