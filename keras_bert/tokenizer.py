@@ -66,6 +66,12 @@ def _clean_texts(texts, do_lower_case):
     return texts
 
 
+def _all_printable_ascii(texts):
+    """Whether every text is printable ASCII (space to tilde): the texts BERT's clean-up only
+    lower-cases."""
+    return tf.reduce_all(tf.strings.regex_full_match(texts, r"[\x20-\x7e]*"))
+
+
 # Unicode's Case_Ignorable characters (Mn, Me, Cf, Lm, Sk and the word-internal punctuation of
 # Word_Break MidLetter / MidNumLet / Single_Quote); a removed character (now "") counts as one.
 _CASE_IGNORABLE = (r"|[\p{Mn}\p{Me}\p{Cf}\p{Lm}\p{Sk}'.:\x{00AD}\x{00B7}\x{0387}\x{055F}"
@@ -198,9 +204,9 @@ class BertTokenizer(keras.layers.Layer):
         (`_clean_texts`). One `tf.cond` for the whole batch: splitting its rows between the
         two made every batch slower."""
         inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
-        printable = tf.reduce_all(tf.strings.regex_full_match(inputs, r"[\x20-\x7e]*"))
-        lowered = (lambda: tf.strings.lower(inputs)) if self.do_lower_case else (lambda: inputs)
-        cleaned = tf.cond(printable, lowered, lambda: _clean_texts(inputs, self.do_lower_case))
+        printable = _all_printable_ascii(inputs)
+        cleaned = tf.cond(printable, lambda: self._lowered(inputs),
+                          lambda: _clean_texts(inputs, self.do_lower_case))  # fmt: skip
         return self._wordpiece.tokenize(cleaned)
 
     def tokenize_with_offsets(self, inputs):
@@ -209,8 +215,24 @@ class BertTokenizer(keras.layers.Layer):
         `starts` and `ends` are int64 character (not byte) offsets into each input string, the
         token covering characters [start, end). Invalid UTF-8 counts one character per
         replaced byte sequence, as Python's `bytes.decode(errors="replace")` does.
+
+        A batch of printable ASCII texts is only lower-cased, which keeps every character in
+        its place, one byte each: WordPiece's byte offsets are the character offsets. Any other
+        batch is cleaned character by character (`_offsets_by_character`).
         """
         inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
+        printable = _all_printable_ascii(inputs)
+        return tf.cond(printable,
+                       lambda: self._wordpiece.tokenize_with_offsets(self._lowered(inputs)),
+                       lambda: self._offsets_by_character(inputs))  # fmt: skip
+
+    def _lowered(self, printable_texts):
+        """The whole clean-up of printable ASCII texts (no control characters, no accents)."""
+        return tf.strings.lower(printable_texts) if self.do_lower_case else printable_texts
+
+    def _offsets_by_character(self, inputs):
+        """`tokenize_with_offsets` for any text: each character cleaned on its own, so that
+        each token's bytes in the cleaned text map back to the characters they came from."""
         text = tf.strings.unicode_transcode(
             inputs, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
         )

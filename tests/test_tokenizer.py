@@ -303,13 +303,15 @@ def test_one_segment_packs_as_the_general_packing_does(pad_to_sequence_length):
 
 
 def test_printable_batches_take_a_short_path_with_the_same_ids(minilm_dir, texts):
-    """A batch of printable ASCII texts is only lower-cased before WordPiece. Its ids must equal
-    those of the character-by-character clean-up, with and without lower-casing, and a
-    batch that adds one text with a tab (the long path) must give the others the same ids."""
+    """A batch of printable ASCII texts is only lower-cased before WordPiece. Its ids and
+    offsets must equal those of the character-by-character clean-up, with and without
+    lower-casing, and a batch that adds one text with a tab (the long path) must give the
+    others the same ids and offsets."""
     rng = np.random.default_rng(11)
     alphabet = [chr(i) for i in range(32, 127)] + list("aeiou   ") * 8
     printable = ["".join(rng.choice(alphabet, rng.integers(0, 60))) for _ in range(300)]
     printable += [t for t in texts["sst2"] if t.isascii() and t.isprintable()]
+    printable += ["x" * 150 + " ok", "A" * 99 + "b, " + "c" * 101]  # words past the byte limit
     batch = tf.constant(printable)
     for lower_case in [True, False]:
         tokenizer = BertTokenizer(os.path.join(minilm_dir, "vocab.txt"), do_lower_case=lower_case)
@@ -317,6 +319,11 @@ def test_printable_batches_take_a_short_path_with_the_same_ids(minilm_dir, texts
         assert ids == tokenizer.tokenize_with_offsets(batch)[0].to_list()
         assert tokenizer(tf.constant(printable + ["a\tb"])).to_list()[:-1] == ids
         assert tf.function(tokenizer)(batch).to_list() == ids
+        # Offsets too: the short path's byte offsets are the character path's offsets.
+        short = [t.to_list() for t in tokenizer.tokenize_with_offsets(batch)]
+        assert short == [t.to_list() for t in tokenizer._offsets_by_character(batch)]
+        mixed = tokenizer.tokenize_with_offsets(tf.constant(printable + ["é\tb"]))
+        assert [t.to_list()[:-1] for t in mixed] == short
 
 
 def test_whole_text_clean_up_equals_the_character_by_character_one():
