@@ -26,6 +26,15 @@ _WHITESPACE = r"[\t\n\r\x{00A0}\x{1680}\x{2000}-\x{200A}\x{202F}\x{205F}\x{3000}
 _REMOVED = r"[\x{FFFD}\p{Cc}\p{Cf}\p{Co}]"  # control, format, private use, replacement
 
 
+def _lower_unicode(texts):
+    """Lower-cased as Python's str.lower() does, whatever the process's locale. ICU (behind
+    `tf.strings.lower(..., encoding="utf-8")`) follows the locale of the environment: under
+    LANG=tr_TR.UTF-8 or az_AZ it turns I into a dotless i, a letter of its own. The ASCII
+    letters are lowered first, by a byte rule that knows no locale. (Lithuanian's extra dots
+    on i, and Turkish's İ to i, are combining marks, which uncased models strip anyway.)"""
+    return tf.strings.lower(tf.strings.lower(texts), encoding="utf-8")
+
+
 def _clean_characters(characters, do_lower_case, row_ids):
     """BERT's text clean-up, one character at a time (a flat tf.string of single characters;
     `row_ids` says which text each belongs to).
@@ -39,7 +48,7 @@ def _clean_characters(characters, do_lower_case, row_ids):
     characters = tf.strings.regex_replace(characters, _WHITESPACE, " ")
     characters = tf.strings.regex_replace(characters, _REMOVED, "")
     if do_lower_case:
-        lowered = tf.strings.lower(characters, encoding="utf-8")
+        lowered = _lower_unicode(characters)
         sigma = tf.equal(characters, "\u03a3")
         lowered = tf.cond(tf.reduce_any(sigma),
                           lambda: tf.where(_final_sigmas(characters, sigma, row_ids), "\u03c2",
@@ -61,7 +70,7 @@ def _clean_texts(texts, do_lower_case):
     texts = tf.strings.regex_replace(texts, _WHITESPACE, " ")
     texts = tf.strings.regex_replace(texts, _REMOVED, "")
     if do_lower_case:
-        texts = tf_text.normalize_utf8(tf.strings.lower(texts, encoding="utf-8"), "NFD")
+        texts = tf_text.normalize_utf8(_lower_unicode(texts), "NFD")
         texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
     return texts
 

@@ -1,5 +1,7 @@
 import json
 import os
+import subprocess
+import sys
 import unicodedata
 
 import keras
@@ -373,3 +375,28 @@ def test_whitespace_class_is_tab_line_ends_and_the_space_separators():
     spaces[32] = False
     assert [points[i] for i in np.flatnonzero(listed != spaces)] == []
     assert sum(listed) == 19  # \t \n \r and 16 space separators besides U+0020
+
+
+def test_lower_casing_does_not_follow_the_process_locale(minilm_dir):
+    """ICU lower-cases by the environment's locale (Turkish: I to a dotless i); the reference,
+    Python's str.lower(), knows no locale. A process under LANG=tr_TR.UTF-8 must give the ids
+    and offsets this one gives, on both paths (a mixed batch and printable ASCII)."""
+    texts = ["Is IBM in Istanbul, İzmir?", "ÌÍĨĮ and J, Σ ΟΔΟΣ, café", "I think I will"]
+    code = (
+        "import json, sys, tensorflow as tf\n"
+        "from keras_bert import BertTokenizer\n"
+        "tokenizer = BertTokenizer.from_checkpoint(sys.argv[1])\n"
+        "texts = json.loads(sys.argv[2])\n"
+        "out = [tokenizer(tf.constant(b)).to_list() for b in (texts, texts[2:])]\n"
+        "out += [t.to_list() for t in tokenizer.tokenize_with_offsets(tf.constant(texts))]\n"
+        "print(json.dumps(out))\n"
+    )
+    turkish = {**os.environ, "LANG": "tr_TR.UTF-8", "LC_ALL": "tr_TR.UTF-8"}
+    result = subprocess.run([sys.executable, "-c", code, minilm_dir, json.dumps(texts)],
+                            env=turkish, capture_output=True, text=True, check=True)  # fmt: skip
+    tokenizer = BertTokenizer.from_checkpoint(minilm_dir)
+    here = [tokenizer(tf.constant(b)).to_list() for b in (texts, texts[2:])]
+    here += [t.to_list() for t in tokenizer.tokenize_with_offsets(tf.constant(texts))]
+    assert json.loads(result.stdout.splitlines()[-1]) == here
+    words = [tokenizer.vocabulary[i] for i in here[0][0]]
+    assert words[:4] == ["is", "ibm", "in", "istanbul"]
