@@ -35,44 +35,44 @@ def _lower_unicode(texts):
     return tf.strings.lower(tf.strings.lower(texts), encoding="utf-8")
 
 
-def _clean_characters(characters, do_lower_case, row_ids):
-    """BERT's text clean-up, one character at a time (a flat tf.string of single characters;
-    `row_ids` says which text each belongs to).
+def _valid_utf8(texts):
+    """Invalid UTF-8 replaced by U+FFFD (which the clean-up then removes), one per byte
+    sequence, as Python's `bytes.decode(errors="replace")` does."""
+    return tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace",
+                                        replacement_char=0xFFFD)  # fmt: skip
 
-    Whitespace becomes a space; control, format and private-use characters and U+FFFD are
-    removed; with `do_lower_case`, characters are lower-cased (a capital sigma at the end of a
-    word becomes the final form, as Python's str.lower() does), NFD-decomposed and stripped of
-    accents (category Mn). Each character maps to zero or more characters, so offsets into the
-    cleaned text can be mapped back to the original.
+
+def _clean(texts, do_lower_case, lower=_lower_unicode):
+    """BERT's text clean-up of valid UTF-8 strings: whitespace becomes a space; control,
+    format and private-use characters and U+FFFD are removed; with `do_lower_case`, `lower`
+    lower-cases, then the text is NFD-decomposed and stripped of accents (category Mn).
+
+    On whole texts, ICU's lower-casing applies the Final_Sigma rule itself; the same clean-up
+    one character at a time (`_clean_characters`) needs a `lower` that applies it.
     """
-    characters = tf.strings.regex_replace(characters, _WHITESPACE, " ")
-    characters = tf.strings.regex_replace(characters, _REMOVED, "")
-    if do_lower_case:
-        lowered = _lower_unicode(characters)
-        sigma = tf.equal(characters, "\u03a3")
-        lowered = tf.cond(tf.reduce_any(sigma),
-                          lambda: tf.where(_final_sigmas(characters, sigma, row_ids), "\u03c2",
-                                           lowered),
-                          lambda: lowered)  # fmt: skip
-        characters = tf_text.normalize_utf8(lowered, "NFD")
-        characters = tf.strings.regex_replace(characters, r"\p{Mn}", "")
-    return characters
-
-
-def _clean_texts(texts, do_lower_case):
-    """`_clean_characters` on whole texts, for ids without offsets: the same clean-up in five
-    ops rather than one pass per character. Invalid UTF-8 is replaced first, as
-    `tokenize_with_offsets` does; ICU's lower-casing of a whole text applies the Final_Sigma
-    rule itself. (The same text as the character-by-character path on 21,980 real texts and
-    20,000 random ones; `test_whole_text_clean_up_equals_the_character_by_character_one`.)"""
-    texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace",
-                                         replacement_char=0xFFFD)  # fmt: skip
     texts = tf.strings.regex_replace(texts, _WHITESPACE, " ")
     texts = tf.strings.regex_replace(texts, _REMOVED, "")
     if do_lower_case:
-        texts = tf_text.normalize_utf8(_lower_unicode(texts), "NFD")
+        texts = tf_text.normalize_utf8(lower(texts), "NFD")
         texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
     return texts
+
+
+def _clean_characters(characters, do_lower_case, row_ids):
+    """`_clean` one character at a time (a flat tf.string of single characters; `row_ids`
+    says which text each belongs to), a capital sigma at the end of a word taking the final
+    form, as Python's str.lower() does. Each character maps to zero or more characters, so
+    offsets into the cleaned text can be mapped back to the original."""
+
+    def lower(characters):
+        lowered = _lower_unicode(characters)
+        sigma = tf.equal(characters, "\u03a3")
+        return tf.cond(tf.reduce_any(sigma),
+                       lambda: tf.where(_final_sigmas(characters, sigma, row_ids), "\u03c2",
+                                        lowered),
+                       lambda: lowered)  # fmt: skip
+
+    return _clean(characters, do_lower_case, lower)
 
 
 def _all_printable_ascii(texts):
@@ -209,13 +209,14 @@ class BertTokenizer(keras.layers.Layer):
 
     def call(self, inputs):
         """Token ids only. A batch of printable ASCII texts (the common case) needs only
-        lower-casing before WordPiece; any other batch is cleaned text by text
-        (`_clean_texts`). One `tf.cond` for the whole batch: splitting its rows between the
-        two made every batch slower."""
+        lower-casing before WordPiece; any other batch is cleaned text by text (`_clean`: a
+        few ops for the batch rather than one pass per character; the same text, checked on
+        21,980 real texts and 20,000 random ones). One `tf.cond` for the whole batch:
+        splitting its rows between the two made every batch slower."""
         inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
         printable = _all_printable_ascii(inputs)
         cleaned = tf.cond(printable, lambda: self._lowered(inputs),
-                          lambda: _clean_texts(inputs, self.do_lower_case))  # fmt: skip
+                          lambda: _clean(_valid_utf8(inputs), self.do_lower_case))  # fmt: skip
         return self._wordpiece.tokenize(cleaned)
 
     def tokenize_with_offsets(self, inputs):
@@ -242,10 +243,8 @@ class BertTokenizer(keras.layers.Layer):
     def _offsets_by_character(self, inputs):
         """`tokenize_with_offsets` for any text: each character cleaned on its own, so that
         each token's bytes in the cleaned text map back to the characters they came from."""
-        text = tf.strings.unicode_transcode(
-            inputs, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
-        )
-        characters = tf.strings.unicode_split(text, "UTF-8")  # (batch, (characters))
+        # (batch, (characters))
+        characters = tf.strings.unicode_split(_valid_utf8(inputs), "UTF-8")
         cleaned = characters.with_flat_values(_clean_characters(
             characters.flat_values, self.do_lower_case, characters.value_rowids()))
         byte_ends = tf.math.cumsum(

@@ -116,26 +116,35 @@ def test_bad_vocab_files(tmp_path):
         BertTokenizer(TINY_VOCAB + ["cat"])
 
 
+def python_clean(text):
+    """The original BERT clean-up (tab and line ends are whitespace, not control characters),
+    then str.lower(), NFD and accents stripped: what an uncased model's text becomes."""
+    text = "".join(" " if c in "\t\n\r" or unicodedata.category(c) == "Zs" else c
+                   for c in text if c in "\t\n\r" or c != "\ufffd"
+                   and unicodedata.category(c) not in ("Cc", "Cf", "Co"))  # fmt: skip
+    text = unicodedata.normalize("NFD", text.lower())
+    return "".join(c for c in text if unicodedata.category(c) != "Mn")
+
+
+def clean_by_character(texts, lower_case):
+    """Texts (str or bytes) through the tokenizer's character-by-character clean-up."""
+    from keras_bert.tokenizer import _clean_characters, _valid_utf8
+
+    characters = tf.strings.unicode_split(_valid_utf8(tf.constant(texts)), "UTF-8")
+    cleaned = characters.with_flat_values(_clean_characters(
+        characters.flat_values, lower_case, characters.value_rowids()))
+    return tf.strings.reduce_join(cleaned, axis=-1).numpy().tolist()
+
+
 def test_capital_sigma_lower_cases_as_python_does():
     """Word-final capital sigma becomes the final form (str.lower()'s Final_Sigma rule), with
     case-ignorable characters (accents, apostrophes, modifier letters, removed soft hyphens)
     skipped on either side; the cleaned text is compared with Python's on random strings."""
-    from keras_bert.tokenizer import _clean_characters
-
-    def python_clean(text):
-        text = "".join(" " if c in "\t\n\r" or unicodedata.category(c) == "Zs" else c
-                       for c in text if unicodedata.category(c) not in ("Cc", "Cf"))  # fmt: skip
-        text = unicodedata.normalize("NFD", text.lower())
-        return "".join(c for c in text if unicodedata.category(c) != "Mn")
-
     pool = list("ΣΣΣσΑaB'.:( 1中-ªⒶ") + ["\u0301", "\u02b0", "\u00ad", "\u2019", "\u00b7"]
     rng = np.random.default_rng(0)
     texts = ["mnΣ", "ΣΣ", "ΟΔΟΣ ΟΔΟΣ.", "Σ", "aΣb", "aΣ'", "a\u00adΣ", "ʰΣ", "ⒶΣ"] + [
         "".join(rng.choice(pool, size=rng.integers(1, 9))) for _ in range(3000)]
-    characters = tf.strings.unicode_split(tf.constant(texts), "UTF-8")
-    cleaned = characters.with_flat_values(
-        _clean_characters(characters.flat_values, True, characters.value_rowids()))
-    ours = [t.decode() for t in tf.strings.reduce_join(cleaned, axis=-1).numpy()]
+    ours = [t.decode() for t in clean_by_character(texts, True)]
     assert ours[:3] == ["mnς", "σς", "οδος οδος."]
     mismatches = [(t, o, python_clean(t)) for t, o in zip(texts, ours) if o != python_clean(t)]
     assert mismatches == []
@@ -329,11 +338,11 @@ def test_printable_batches_take_a_short_path_with_the_same_ids(minilm_dir, texts
 
 
 def test_whole_text_clean_up_equals_the_character_by_character_one():
-    """Ids without offsets clean whole texts (`_clean_texts`); offsets need one pass per
-    character (`_clean_characters`). Both must give the same text, and Python's clean-up of
-    valid text, on random texts of accents, combining marks, sigmas, CJK, spaces, control,
-    format and private-use characters, emoji, and invalid UTF-8."""
-    from keras_bert.tokenizer import _clean_characters, _clean_texts
+    """Ids without offsets clean whole texts (`_clean`); offsets need one pass per character
+    (`_clean_characters`). Both must give the same text, and Python's clean-up of valid
+    text, on random texts of accents, combining marks, sigmas, CJK, spaces, control, format
+    and private-use characters, emoji, and invalid UTF-8."""
+    from keras_bert.tokenizer import _clean, _valid_utf8
 
     pool = (list("aZ 1.'-ΣΣσΑοςÉéßİǅﬁ中文\t\n\r\x00\x1b\x7f\u00a0\u2003\u3000\u200b\u200d")
             + ["\u0301", "\u0327", "\u02b0", "\u00ad", "\ue000", "\ufffd", "\U0001f600",
@@ -341,23 +350,10 @@ def test_whole_text_clean_up_equals_the_character_by_character_one():
     rng = np.random.default_rng(5)
     texts = ["".join(rng.choice(pool, size=rng.integers(0, 12))) for _ in range(3000)]
     raw = [t.encode() for t in texts] + [b"caf\xc3", b"\xff\xfeab", b"a\xed\xa0\x80b \xc3\xa9"]
-    text = tf.strings.unicode_transcode(tf.constant(raw), "UTF-8", "UTF-8", errors="replace",
-                                        replacement_char=0xFFFD)  # fmt: skip
-    characters = tf.strings.unicode_split(text, "UTF-8")
     for lower_case in [True, False]:
-        by_character = tf.strings.reduce_join(characters.with_flat_values(_clean_characters(
-            characters.flat_values, lower_case, characters.value_rowids())), axis=-1)
-        whole = _clean_texts(tf.constant(raw), lower_case)
-        assert whole.numpy().tolist() == by_character.numpy().tolist()
-
-    def python_clean(text):  # the original BERT clean-up, then lower(), NFD, accents stripped
-        text = "".join(" " if c in "\t\n\r" or unicodedata.category(c) == "Zs" else c
-                       for c in text if c in "\t\n\r" or c != "\ufffd"
-                       and unicodedata.category(c) not in ("Cc", "Cf", "Co"))  # fmt: skip
-        text = unicodedata.normalize("NFD", text.lower())
-        return "".join(c for c in text if unicodedata.category(c) != "Mn")
-
-    ours = [t.decode() for t in _clean_texts(tf.constant(texts), True).numpy()]
+        whole = _clean(_valid_utf8(tf.constant(raw)), lower_case)
+        assert whole.numpy().tolist() == clean_by_character(raw, lower_case)
+    ours = [t.decode() for t in _clean(tf.constant(texts), True).numpy()]
     assert [(t, o) for t, o in zip(texts, ours) if o != python_clean(t)] == []
 
 
