@@ -136,6 +136,8 @@ class BertTokenizer(keras.layers.Layer):
       do_lower_case: lower-case and strip accents (uncased models) or not (cased models).
 
     Call with a tf.string tensor of shape (batch,); returns int32 ragged (batch, (tokens)).
+    Texts of any other known shape are tokenized as tensorflow-text's tokenizers do: one text
+    gives a dense (tokens,), texts of shape (a, b) a ragged (a, b, (tokens)).
     """
 
     def __init__(self, vocabulary=None, do_lower_case=True, **kwargs):
@@ -220,7 +222,8 @@ class BertTokenizer(keras.layers.Layer):
         return self._wordpiece.tokenize(cleaned)
 
     def tokenize_with_offsets(self, inputs):
-        """Returns (ids, starts, ends), each ragged (batch, (tokens)).
+        """Returns (ids, starts, ends), each ragged (batch, (tokens)) for texts of shape
+        (batch,), shaped as `call` shapes its ids for any other.
 
         `starts` and `ends` are int64 character (not byte) offsets into each input string, the
         token covering characters [start, end). Invalid UTF-8 counts one character per
@@ -231,10 +234,32 @@ class BertTokenizer(keras.layers.Layer):
         batch is cleaned character by character (`_offsets_by_character`).
         """
         inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
+        if inputs.shape.rank != 1:
+            return self._offsets_of_any_shape(inputs)
         printable = _all_printable_ascii(inputs)
         return tf.cond(printable,
                        lambda: self._wordpiece.tokenize_with_offsets(self._lowered(inputs)),
                        lambda: self._offsets_by_character(inputs))  # fmt: skip
+
+    def _offsets_of_any_shape(self, texts):
+        """`tokenize_with_offsets` of one text or of texts of rank 2 or more, shaped as `call`
+        shapes its ids: the texts are tokenized as one flat batch (the character path needs
+        one), then the batch's leading shape is restored."""
+        if texts.shape.rank is None:
+            raise ValueError("tokenize_with_offsets needs texts of known rank: give the "
+                             "tf.function a TensorSpec of known rank, such as [None]")
+        results = self.tokenize_with_offsets(tf.reshape(texts, [-1]))
+        if texts.shape.rank == 0:
+            return tuple(result[0] for result in results)
+        shape = tf.shape(texts, out_type=tf.int64)
+
+        def shaped(tokens):  # (texts flattened, (tokens)) -> texts' shape + ((tokens),)
+            for axis in reversed(range(1, texts.shape.rank)):
+                tokens = tf.RaggedTensor.from_uniform_row_length(
+                    tokens, shape[axis], nrows=tf.reduce_prod(shape[:axis]))
+            return tokens
+
+        return tuple(shaped(result) for result in results)
 
     def _lowered(self, printable_texts):
         """The whole clean-up of printable ASCII texts (no control characters, no accents)."""
@@ -274,6 +299,15 @@ def _trim_lengths(first_lengths, second_lengths, budget):
     return first, tf.minimum(second_lengths, budget - first)
 
 
+def _check_segment(segment, name):
+    """Refuses what BertPacker cannot pack: anything but a ragged (batch, (tokens))."""
+    if not (isinstance(segment, tf.RaggedTensor) and segment.shape.rank == 2):
+        kind = "ragged" if isinstance(segment, tf.RaggedTensor) else "dense"
+        raise ValueError(f"BertPacker's {name} segment must be ragged (batch, (tokens)), as "
+                         "BertTokenizer gives for texts of shape (batch,); got a "
+                         f"{kind} tensor of shape {segment.shape}")
+
+
 @_SERIALIZABLE
 class BertPacker(keras.layers.Layer):
     """Packs one or two segments into `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`.
@@ -307,6 +341,9 @@ class BertPacker(keras.layers.Layer):
         return cls(tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, **kwargs)
 
     def call(self, first_segment, second_segment=None):
+        _check_segment(first_segment, "first")
+        if second_segment is not None:
+            _check_segment(second_segment, "second")
         segments = [tf.cast(first_segment, tf.int32)]
         if second_segment is None:
             return self._pack_one(segments[0])

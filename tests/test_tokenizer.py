@@ -285,6 +285,22 @@ def test_empty_strings_give_cls_sep(minilm_dir):
     assert packed["input_word_ids"].numpy().tolist() == [[101, 102], [101, 102]]
 
 
+def test_packer_refuses_what_is_not_a_batch_of_token_lists(minilm_dir):
+    """One text's tokens (dense), texts of shape (a, b) (ragged of rank 3) and padded ids
+    (dense) are refused with one message naming the segment and what it got; they raised
+    AttributeError or an op error from deep inside before."""
+    tokenizer = BertTokenizer.from_checkpoint(minilm_dir)
+    packer = BertPacker.from_tokenizer(tokenizer, sequence_length=8)
+    batch = tokenizer(tf.constant(["a fine film", "dull"]))
+    for bad, name, what in [((tokenizer(tf.constant("one text")),), "first", "dense"),
+                            ((tokenizer(tf.constant([["a", "b"]])),), "first", "ragged"),
+                            ((batch, batch.to_tensor()), "second", "dense")]:
+        with pytest.raises(ValueError, match=rf"{name} segment must be ragged \(batch, "
+                                             rf"\(tokens\)\).*got a {what} tensor"):
+            packer(*bad)
+    assert packer(batch, batch)["input_word_ids"].shape == (2, 8)
+
+
 @pytest.mark.parametrize("pad_to_sequence_length", [False, True])
 def test_one_segment_packs_as_the_general_packing_does(pad_to_sequence_length):
     """A single segment has a packing of its own (fewer ops); it must build what the general
@@ -335,6 +351,45 @@ def test_printable_batches_take_a_short_path_with_the_same_ids(minilm_dir, texts
         assert short == [t.to_list() for t in tokenizer._offsets_by_character(batch)]
         mixed = tokenizer.tokenize_with_offsets(tf.constant(printable + ["é\tb"]))
         assert [t.to_list()[:-1] for t in mixed] == short
+
+
+@pytest.mark.parametrize("lower_case", [True, False])
+def test_texts_of_any_shape_get_the_ids_and_offsets_of_a_flat_batch(minilm_dir, lower_case):
+    """One text, or texts of shape (a, b) or (a, b, c), printable or not: ids and offsets
+    shaped like the texts (one text: dense), each text's values those of a flat batch. The
+    character path took only a flat batch: a (2, 2) batch with an accent got offsets of the
+    wrong shape, and one text with an accent raised an AttributeError."""
+    tokenizer = BertTokenizer(os.path.join(minilm_dir, "vocab.txt"), do_lower_case=lower_case)
+
+    def flat(texts):
+        return [t.to_list() for t in tokenizer.tokenize_with_offsets(tf.constant(texts))]
+
+    for text in ["Héllo wörld", "Hello world", ""]:
+        results = tokenizer.tokenize_with_offsets(tf.constant(text))
+        assert [r.numpy().tolist() for r in results] == [f[0] for f in flat([text])]
+        assert tokenizer(tf.constant(text)).numpy().tolist() == flat([text])[0][0]
+    for texts in ([["Hello", "thére"], ["a\tb", "c d"]], [["Hello", "there"], ["a", "b c"]],
+                  [[["é x", "b"]], [["c", ""]]]):
+        shape = np.array(texts).shape
+        results = tokenizer.tokenize_with_offsets(tf.constant(texts))
+        assert [r.shape[:-1] for r in results] == [shape] * 3
+        lists = [r.to_list() for r in results]
+        assert [_per_text(got, len(shape)) for got in lists] == flat(np.ravel(texts).tolist())
+        assert tokenizer(tf.constant(texts)).to_list() == lists[0]
+    for shape in [(3, 0), (0, 4)]:
+        ids, starts, ends = tokenizer.tokenize_with_offsets(tf.zeros(shape, tf.string))
+        assert ids.shape[:2] == starts.shape[:2] == ends.shape[:2] == shape
+    unknown_rank = tf.function(tokenizer.tokenize_with_offsets,
+                               input_signature=[tf.TensorSpec(None, tf.string)])  # fmt: skip
+    with pytest.raises(ValueError, match="known rank"):
+        unknown_rank(tf.constant(["a"]))
+
+
+def _per_text(nested, depth):
+    """Each text's list, in row-major order, from lists nested `depth` deep by text."""
+    if depth == 1:
+        return nested
+    return [cell for part in nested for cell in _per_text(part, depth - 1)]
 
 
 def test_whole_text_clean_up_equals_the_character_by_character_one():
