@@ -7,6 +7,7 @@
 """
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_bert import serving
@@ -16,6 +17,33 @@ from keras_bert.preprocessing import BertMultipleChoicePreprocessor, BertPreproc
 from keras_bert.task import BertTask, load_pretrained
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
+
+
+def class_ids(y, count, what="label"):
+    """Targets as int32 class ids, checked in the graph (a batch from a tf.data.Dataset):
+    whole numbers from 0 to count - 1. A cast alone would make a label of 0.5 class 0."""
+    y = tf.convert_to_tensor(y)
+    if y.dtype.is_floating:  # NaN is not equal to itself, so it fails too
+        tf.debugging.assert_equal(y, tf.round(y), message=f"a {what} is not a whole number")
+    y = tf.cast(y, tf.int32)
+    tf.debugging.assert_less(y, count, message=f"a {what} is not below {count}")
+    tf.debugging.assert_non_negative(y, message=f"a {what} is negative")
+    return y
+
+
+def check_class_ids(y, count, what="label"):
+    """The same check on targets in memory, before any graph runs: one line naming the first
+    target that is not a class id."""
+    values = np.asarray(y)
+    if values.dtype.kind not in "biuf":
+        got = "strings" if values.dtype.kind in "USO" else f"{values.dtype} values"
+        raise ValueError(f"y must be {what}s as numbers from 0 to {count - 1}, got {got}")
+    flat = values.reshape(-1).astype("float64")
+    bad = ~np.isfinite(flat) | (flat != np.round(flat)) | (flat < 0) | (flat >= count)
+    if bad.any():
+        index = int(np.argmax(bad))
+        raise ValueError(f"y[{index}] is {values.reshape(-1)[index].item()!r}: {what}s must be "
+                         f"whole numbers from 0 to {count - 1}")
 
 
 def class_outputs(logits):
@@ -69,12 +97,16 @@ class BertClassifier(BertTask):
                                                        num_segments=num_segments)  # fmt: skip
         return cls(encoder, preprocessor, num_classes, **kwargs)
 
+    def check_targets(self, y):
+        if self.num_classes > 1:
+            return check_class_ids(y, self.num_classes)
+        values = np.asarray(y)
+        if values.dtype.kind not in "iuf" or not np.isfinite(values.astype("float64")).all():
+            raise ValueError("y must be finite numbers (regression targets)")
+
     def preprocess_batch(self, x, y=None, sample_weight=None):
         if y is not None and self.num_classes > 1:
-            y = tf.cast(y, tf.int32)
-            tf.debugging.assert_less(y, self.num_classes, message="a label is not below "
-                                     f"num_classes={self.num_classes}")  # fmt: skip
-            tf.debugging.assert_non_negative(y, message="a label is negative")
+            y = class_ids(y, self.num_classes)
         elif y is not None:
             y = tf.cast(y, tf.float32)
             tf.debugging.assert_all_finite(y, "a regression target is not a finite number")
@@ -147,10 +179,12 @@ class BertMultipleChoice(BertTask):
             tokenizer, sequence_length, num_choices=num_choices)
         return cls(encoder, preprocessor, num_choices, **kwargs)
 
+    def check_targets(self, y):
+        check_class_ids(y, self.num_choices, what="choice")
+
     def preprocess_batch(self, x, y=None, sample_weight=None):
         if y is not None:
-            y = tf.cast(y, tf.int32)
-            tf.debugging.assert_less(y, self.num_choices, message="a label is not a choice")
+            y = class_ids(y, self.num_choices, what="choice")
         return self.preprocessor(x), y, sample_weight
 
     def default_loss(self):

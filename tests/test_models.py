@@ -119,9 +119,28 @@ def test_pair_classifier_and_regression(tiny_checkpoint):
 
 
 def test_bad_labels_and_inputs_are_refused_in_one_line(classifier):
+    """Labels in memory are checked before any graph runs, each mistake in one line naming the
+    first bad label (a label of 0.5 used to be cast to class 0 and trained on); a Dataset's are
+    checked in the graph."""
     classifier.compile()
-    with pytest.raises(tf.errors.InvalidArgumentError, match="not below num_classes=2"):
-        classifier.fit(SENTENCES, [0, 1, 2, 1], verbose=0)
+    for labels, message in [
+        ([0, 1, 2, 1], r"y\[2\] is 2: labels must be whole numbers from 0 to 1"),
+        ([0, 1, 0.5, 1], r"y\[2\] is 0.5"), ([0, np.nan, 1, 1], r"y\[1\] is nan"),
+        ([0, -1, 1, 1], r"y\[1\] is -1"), (["a", "b", "a", "b"], "got strings"),
+        ([0, 1, 1], r"len\(x\) is 4 but len\(y\) is 3"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            classifier.fit(SENTENCES, labels, verbose=0)
+    for labels, message in [([0.0, 1.0, 0.5, 1.0], "a label is not a whole number"),
+                            ([0, 1, 2, 1], "a label is not below 2")]:  # fmt: skip
+        dataset = tf.data.Dataset.from_tensor_slices((SENTENCES, labels)).batch(4)
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            classifier.evaluate(dataset, verbose=0)
+    with pytest.raises(ValueError, match=r"len\(x\) is 4 but len\(sample_weight\) is 2"):
+        classifier.fit(SENTENCES, LABELS, sample_weight=[1.0, 1.0], verbose=0)
+    with pytest.raises(ValueError, match=r"one text where a list of them belongs.*\[text\]"):
+        classifier.predict("a single sentence", verbose=0)
+    assert classifier.evaluate(SENTENCES, np.array(LABELS, "float32"), verbose=0)[1] >= 0
     with pytest.raises(ValueError, match="takes 1 text"):
         classifier.predict((SENTENCES, SENTENCES), verbose=0)
     with pytest.raises(ValueError, match="must be strings"):
@@ -225,6 +244,10 @@ def test_multiple_choice_learns_and_reloads(tiny_checkpoint, tmp_path):
                ["the the", "a a a", "again !"]] * 4  # fmt: skip
     labels = [0, 1, 2] * 4
     model.compile(learning_rate=2e-2)
+    with pytest.raises(ValueError, match=r"y\[2\] is 3: choices must be whole numbers from 0 to 2"):
+        model.fit((contexts, endings), [0, 1, 3] * 4, verbose=0)
+    with pytest.raises(ValueError, match="one text where a list of them belongs"):
+        model.predict((contexts[0], endings[0]), verbose=0)
     model.fit((contexts, endings), labels, batch_size=4, epochs=10, verbose=0)
     assert model.predict((contexts, endings), verbose=0).argmax(-1).tolist() == labels
     model.save(str(tmp_path / "swag.keras"))
