@@ -97,7 +97,7 @@ class BertClassifier(BertTask):
                                                        num_segments=num_segments)  # fmt: skip
         return cls(encoder, preprocessor, num_classes, **kwargs)
 
-    def check_targets(self, y):
+    def check_targets(self, x, y):
         if self.num_classes > 1:
             return check_class_ids(y, self.num_classes)
         values = np.asarray(y)
@@ -179,7 +179,7 @@ class BertMultipleChoice(BertTask):
             tokenizer, sequence_length, num_choices=num_choices)
         return cls(encoder, preprocessor, num_choices, **kwargs)
 
-    def check_targets(self, y):
+    def check_targets(self, x, y):
         check_class_ids(y, self.num_choices, what="choice")
 
     def preprocess_batch(self, x, y=None, sample_weight=None):

@@ -95,6 +95,8 @@ class BertQuestionAnswerer(BertTask):
 
         def to_windows(x, y):
             questions, contexts = self.preprocessor.segments(x)
+            tf.debugging.assert_equal(tf.reduce_any(bad_spans(contexts, y[0], y[1])), False,
+                                      message="an answer span is not within its passage")
             w = self.preprocessor.windows(questions, contexts, y[0], y[1])
             return ({n: w[n] for n in INPUT_NAMES},
                     {"start_logits": w["start_positions"], "end_logits": w["end_positions"]})
@@ -103,6 +105,16 @@ class BertQuestionAnswerer(BertTask):
         if training:
             windows = windows.shuffle(4 * (batch_size or 32), seed=seed)
         return windows.padded_batch(batch_size or 32).prefetch(tf.data.AUTOTUNE)
+
+    def check_targets(self, x, y):
+        contexts = self.preprocessor.segments(x)[1]
+        bad = bad_spans(contexts, *y).numpy()
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ValueError(f"example {row}: the answer [{y[0][row]}, {y[1][row]}) is not "
+                             f"within its passage of {int(_characters(contexts)[row])} "
+                             "characters: give [start, end) character offsets with start < "
+                             "end, or start -1 for no answer")  # fmt: skip
 
     def answer(self, questions, contexts):
         """tf.string (batch,) questions and passages -> the best answers, in the graph: `answer`,
@@ -138,6 +150,20 @@ class BertQuestionAnswerer(BertTask):
     def get_config(self):
         return {**super().get_config(), "version_2_with_negative": self.version_2_with_negative,
                 "null_score_diff_threshold": self.null_score_diff_threshold}  # fmt: skip
+
+
+def _characters(contexts):
+    """Characters of each passage, an invalid UTF-8 sequence counted as one (as offsets are)."""
+    valid = tf.strings.unicode_transcode(contexts, "UTF-8", "UTF-8", errors="replace")
+    return tf.strings.length(valid, unit="UTF8_CHAR")
+
+
+def bad_spans(contexts, starts, ends):
+    """bool (batch,): which answer spans are neither "no answer" (start -1) nor characters
+    [start, end) of their passage with start < end."""
+    starts, ends = (tf.cast(v, tf.int64) for v in (starts, ends))
+    length = tf.cast(_characters(contexts), tf.int64)
+    return (starts != -1) & ((starts < 0) | (ends <= starts) | (ends > length))
 
 
 def _pad_candidates(result, n_best):

@@ -32,6 +32,13 @@ def shifted(x, fill, right=True):
     return x.with_flat_values(tf.where(edge, tf.cast(fill, values.dtype), moved))
 
 
+def _spaces_and_word_starts(sentences):
+    """Ragged (batch, (characters)) bools of valid UTF-8 sentences: which characters are white
+    space, and which begin a word (not space, after a space or at the start)."""
+    space = tf.strings.regex_full_match(tf.strings.unicode_split(sentences, "UTF-8"), WHITESPACE)
+    return space, ~space & shifted(space, True)
+
+
 def flat_index(index, table):
     """Ragged `index` (batch, (n)), positions within each row of ragged `table` (batch, (m)),
     as indices into table's flat values: a gather there is a ragged gather with batch_dims=1,
@@ -72,10 +79,8 @@ class WordTagger(BertPreprocessor):
         sentences = tf.strings.unicode_transcode(sentences, "UTF-8", "UTF-8", errors="replace")
         ids, starts, _ = self.tokenizer.tokenize_with_offsets(sentences)
         ids, starts = ids[:, : self.max_tokens], starts[:, : self.max_tokens]
-        space = tf.strings.regex_full_match(tf.strings.unicode_split(sentences, "UTF-8"),
-                                            WHITESPACE)  # fmt: skip
-        before, after = shifted(space, True), shifted(space, True, right=False)
-        word_start = ~space & before
+        space, word_start = _spaces_and_word_starts(sentences)
+        after = shifted(space, True, right=False)
         word_of_char = tf.math.cumsum(tf.cast(word_start, tf.int64), axis=1) - 1
         # Each token's word (its start is a character of its own sentence).
         token_word = starts.with_flat_values(
@@ -91,6 +96,11 @@ class WordTagger(BertPreprocessor):
             "sentences": sentences,
         }
 
+    def word_counts(self, sentences):
+        """Words per sentence (int64 (batch,)), split at white space as `encode` splits them."""
+        sentences = tf.strings.unicode_transcode(sentences, "UTF-8", "UTF-8", errors="replace")
+        return tf.reduce_sum(tf.cast(_spaces_and_word_starts(sentences)[1], tf.int64), axis=1)
+
     def encode(self, sentences, word_tags=None):
         """Encoder inputs int32 (batch, seq); with word_tags (ragged (batch, (words)) tag ids)
         also the labels int32 (batch, seq): the word's tag on its first piece, IGNORE else."""
@@ -98,6 +108,9 @@ class WordTagger(BertPreprocessor):
         inputs = self.packer(words["ids"])
         if word_tags is None:
             return inputs
+        tf.debugging.assert_equal(word_tags.row_lengths(), words["word_starts"].row_lengths(),
+                                  message="a sentence's tags are not one per word (words are "
+                                  "split at white space)")  # fmt: skip
         token_word = words["token_word"]
         tags = tf.gather(tf.cast(word_tags, tf.int32), token_word, batch_dims=1)
         # (the rows of tags, token_word and first_piece are as long: the `where` runs flat)

@@ -142,9 +142,10 @@ class BertTask(keras.Model):
         pooler = {id(w) for w in encoder.pooler.weights}
         return [w for w in weights if id(w) not in pooler]
 
-    def check_targets(self, y):
-        """Refuses targets given in memory (lists, arrays) that the model cannot learn, with one
-        line naming the first bad one, before any graph runs; subclasses define it."""
+    def check_targets(self, x, y):
+        """Refuses targets given in memory (lists, arrays, tensors) that the model cannot learn
+        from `x` (its tensors), with one line naming the first bad one, before any graph runs;
+        subclasses define it. A Dataset's targets are checked in the graph."""
 
     def preprocess_batch(self, x, y=None, sample_weight=None):
         """One batch of raw data -> (encoder inputs, targets, weights), in the graph."""
@@ -173,14 +174,18 @@ class BertTask(keras.Model):
         if any(t.shape.rank == 0 for t in tf.nest.flatten(x)):
             raise ValueError("x holds one text where a list of them belongs: pass a batch, "
                              "[text] for one example")  # fmt: skip
+        lengths = sorted({int(t.shape[0]) for t in tf.nest.flatten(x)})
+        if len(lengths) > 1:
+            raise ValueError(f"the parts of x differ in length ({', '.join(map(str, lengths))}"
+                             "): give each part one entry per example")  # fmt: skip
         if _length(x) == 0:
             raise ValueError("x is empty: pass at least one example")
         for name, value in (("y", y), ("sample_weight", sample_weight)):
             if value is not None and _length(value) != _length(x):
                 raise ValueError(f"len(x) is {_length(x)} but len({name}) is {_length(value)}: "
                                  "give one target per example")  # fmt: skip
-        if y is not None and not tf.is_tensor(y):
-            self.check_targets(y)
+        if y is not None:
+            self.check_targets(x, y)
         data = keras.utils.pack_x_y_sample_weight(x, *[
             _as_tensors(v) for v in (y, sample_weight) if v is not None])  # fmt: skip
         dataset = tf.data.Dataset.from_tensor_slices(data)

@@ -68,6 +68,16 @@ class BertTokenClassifier(BertTask):
             y = self.tag_ids(y)
         return super().batched(x, y, sample_weight, batch_size, shuffle, seed)
 
+    def check_targets(self, x, y):
+        """One line for the first sentence whose tags (int ragged, from `tag_ids`) are not one
+        per word."""
+        counts = self.preprocessor.word_counts(self.preprocessor.segments(x)[0]).numpy()
+        wrong = np.flatnonzero(counts != y.row_lengths().numpy())
+        if wrong.size:
+            row = int(wrong[0])
+            raise ValueError(f"example {row}: {int(y.row_lengths()[row])} tags for "
+                             f"{counts[row]} words (words are split at white space)")
+
     def tag_ids(self, word_tags):
         """Lists of tag strings -> int32 ragged ids; a tag the model lacks is an error."""
         index = {tag: i for i, tag in enumerate(self.tags)}

@@ -116,6 +116,8 @@ def test_pair_classifier_and_regression(tiny_checkpoint):
     assert model.predict((first, second), verbose=0).shape == (3, 1)
     with pytest.raises(ValueError, match="takes 2 text"):
         model.predict(first, verbose=0)
+    with pytest.raises(ValueError, match=r"the parts of x differ in length \(2, 3\)"):
+        model.predict((first, second[:2]), verbose=0)
 
 
 def test_bad_labels_and_inputs_are_refused_in_one_line(classifier):
@@ -282,6 +284,27 @@ def test_question_answerer_learns_spans_and_reloads(tiny_checkpoint, tmp_path):
     assert not result["passage_cut"].any()
 
 
+def test_question_answerer_refuses_answers_outside_their_passage(tiny_checkpoint):
+    """A span past the passage's end, ending before it starts, empty or starting below -1
+    was trained on as whatever windowing made of it; now one line names the example (in
+    memory), or the graph stops (a Dataset). Start -1 (no answer) and an answer ending at
+    the passage's last character are taken."""
+    model = keras_bert.BertQuestionAnswerer.from_checkpoint(
+        tiny_checkpoint, sequence_length=32, max_query_length=12, doc_stride=8)
+    model.compile()
+    x = (QUESTIONS[:2], [PASSAGE, "Bob ran"])
+    for starts, ends in [([0, 0], [11, 50]), ([0, 4], [11, 2]), ([0, 3], [11, 3]),
+                         ([0, -2], [11, 2])]:  # fmt: skip
+        with pytest.raises(ValueError, match=rf"example 1: the answer \[{starts[1]}, "
+                                             rf"{ends[1]}\) is not within its passage of 7 "
+                                             "characters"):  # fmt: skip
+            model.fit(x, (starts, ends), verbose=0)
+    model.fit(x, ([-1, 0], [-1, 7]), verbose=0)
+    dataset = tf.data.Dataset.from_tensor_slices((x, ([0, 0], [11, 50]))).batch(2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not within its passage"):
+        model.fit(dataset, verbose=0)
+
+
 def test_a_windows_span_loss_does_not_depend_on_its_batchs_padding(tiny_checkpoint):
     model = keras_bert.BertQuestionAnswerer.from_checkpoint(tiny_checkpoint, sequence_length=48,
                                                             max_query_length=12)  # fmt: skip
@@ -356,6 +379,16 @@ def test_token_classifier_learns_entities_and_refuses_unknown_tags(tiny_checkpoi
                                      {"text": "cat", "type": "PER", "start": 16, "end": 19}]  # fmt: skip
     with pytest.raises(ValueError, match="tag 'B-ORG' is not one of the model's tags"):
         model.fit(sentences[:1], [["B-ORG", "O", "O", "O", "O"]], verbose=0)
+    # Tags not one per word (words split at white space): in memory one line, a Dataset's in
+    # the graph. More tags than words used to be dropped, silently.
+    for tags, message in [(["O"] * 6, "example 0: 6 tags for 5 words"),
+                          (["O"] * 4, "example 0: 4 tags for 5 words")]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            model.fit(sentences[:2], [tags, word_tags[1]], verbose=0)
+        dataset = tf.data.Dataset.from_tensor_slices(
+            (sentences[:1], model.tag_ids([tags]))).batch(1)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="not one per word"):
+            model.fit(dataset, verbose=0)
     model.save(str(tmp_path / "ner.keras"))
     reloaded = keras.saving.load_model(str(tmp_path / "ner.keras"))
     assert reloaded.predict(sentences[:2], verbose=0) == result
