@@ -21,7 +21,7 @@ from keras_bert import checkpoints
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import MaskedLMHead, NextSentenceHead
 from keras_bert.preprocessing import BertPreprocessor
-from keras_bert.task import BertTask, check_sequence_length
+from keras_bert.task import BertTask, check_class_ids, check_sequence_length, class_ids
 from keras_bert.tokenizer import BertTokenizer
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
@@ -137,12 +137,14 @@ class BertPretrainer(BertTask):
         x = {name: inputs[name] for name in (*INPUT_NAMES, "masked_lm_positions")}
         if y is None:
             return x, None, None
-        labels = tf.cast(y, tf.int32)
-        tf.debugging.assert_less(labels, 2, message="a next-sentence label is not 0 or 1")
-        tf.debugging.assert_non_negative(labels, message="a next-sentence label is not 0 or 1")
+        labels = class_ids(y, 2, what="next-sentence label")
         weights = inputs["masked_lm_weights"]
         return (x, {"masked_lm": inputs["masked_lm_ids"], "next_sentence": labels},
                 {"masked_lm": weights, "next_sentence": tf.ones_like(weights[:, 0])})  # fmt: skip
+
+    def check_targets(self, x, y):
+        if not isinstance(y, dict):  # pre-made instances bring their masked-LM targets too
+            check_class_ids(y, 2, what="next-sentence label")
 
     def fit(self, x=None, y=None, *args, **kwargs):
         if y is None and not isinstance(x, tf.data.Dataset):

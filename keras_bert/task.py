@@ -43,6 +43,33 @@ def without_autotuning(dataset):
     return dataset.with_options(options)
 
 
+def class_ids(y, count, what="label"):
+    """Targets as int32 class ids, checked in the graph (a batch from a tf.data.Dataset):
+    whole numbers from 0 to count - 1. A cast alone would make a label of 0.5 class 0."""
+    y = tf.convert_to_tensor(y)
+    if y.dtype.is_floating:  # NaN is not equal to itself, so it fails too
+        tf.debugging.assert_equal(y, tf.round(y), message=f"a {what} is not a whole number")
+    y = tf.cast(y, tf.int32)
+    tf.debugging.assert_less(y, count, message=f"a {what} is not below {count}")
+    tf.debugging.assert_non_negative(y, message=f"a {what} is negative")
+    return y
+
+
+def check_class_ids(y, count, what="label"):
+    """The same check on targets in memory, before any graph runs: one line naming the first
+    target that is not a class id."""
+    values = np.asarray(y)
+    if values.dtype.kind not in "biuf":
+        got = "strings" if values.dtype.kind in "USO" else f"{values.dtype} values"
+        raise ValueError(f"y must be {what}s as numbers from 0 to {count - 1}, got {got}")
+    flat = values.reshape(-1).astype("float64")
+    bad = ~np.isfinite(flat) | (flat != np.round(flat)) | (flat < 0) | (flat >= count)
+    if bad.any():
+        index = int(np.argmax(bad))
+        raise ValueError(f"y[{index}] is {values.reshape(-1)[index].item()!r}: {what}s must be "
+                         f"whole numbers from 0 to {count - 1}")
+
+
 def check_weights_can_change():
     """Refuses to train in a process where oneDNN assumes frozen weights: the forward pass would
     keep computing with the weights of its first call and training would silently stall."""

@@ -155,6 +155,14 @@ def test_saved_pretrainer_predicts_alone_in_another_process(pretrainer, tmp_path
 def test_mistakes_are_one_line_errors(pretrainer):
     with pytest.raises(ValueError, match="needs y: the next-sentence labels"):
         pretrainer.fit((["a b"], ["c d"]))
+    for labels, message in [([0, 2], r"y\[1\] is 2: next-sentence labels must be whole "
+                                     "numbers from 0 to 1"),
+                            ([0.5, 1], r"y\[0\] is 0.5")]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            pretrainer.fit((["a b", "e f"], ["c d", "g h"]), labels)
+    dataset = tf.data.Dataset.from_tensor_slices(((["a b"], ["c d"]), [0.5])).batch(1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not a whole number"):
+        pretrainer.fit(dataset, verbose=0)
     with pytest.raises(ValueError, match="nothing to serve"):
         pretrainer.export("anywhere")
     with pytest.raises(ValueError, match="takes 2 text"):
