@@ -93,13 +93,16 @@ class BertQuestionAnswerer(BertTask):
             y = tuple(np.asarray(v, "int64") for v in (y if isinstance(y, tuple) else np.asarray(y).T))
         pairs = self.batched(x, y, sample_weight, 256, shuffle=training, seed=seed)
 
-        def to_windows(x, y):
+        def to_windows(x, y, weights=None):  # a question's weight goes to each of its windows
             questions, contexts = self.preprocessor.segments(x)
             tf.debugging.assert_equal(tf.reduce_any(bad_spans(contexts, y[0], y[1])), False,
                                       message="an answer span is not within its passage")
             w = self.preprocessor.windows(questions, contexts, y[0], y[1])
-            return ({n: w[n] for n in INPUT_NAMES},
-                    {"start_logits": w["start_positions"], "end_logits": w["end_positions"]})
+            inputs = {n: w[n] for n in INPUT_NAMES}
+            targets = {"start_logits": w["start_positions"], "end_logits": w["end_positions"]}
+            if weights is None:
+                return inputs, targets
+            return inputs, targets, tf.gather(weights, w["example"])
 
         windows = pairs.map(to_windows, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
         if training:

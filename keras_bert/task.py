@@ -11,6 +11,7 @@ the same everywhere.
 
 import dataclasses
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -139,6 +140,22 @@ def _as_tensors(value):
     return value if tf.is_tensor(value) else tf.convert_to_tensor(value)
 
 
+def _check_sample_weights(sample_weight):
+    """One line for the first sample weight that is not a finite number of at least 0: a NaN
+    weight makes the loss NaN, a negative one trains away from its target."""
+    parts = sample_weight.values() if isinstance(sample_weight, dict) else [sample_weight]
+    for part in parts:
+        try:
+            values = np.asarray(part, dtype="float64").reshape(-1)
+        except (TypeError, ValueError):
+            raise ValueError("sample_weight must be numbers, one per example") from None
+        bad = ~np.isfinite(values) | (values < 0)
+        if bad.any():
+            index = int(np.argmax(bad))
+            raise ValueError(f"sample_weight[{index}] is {values[index]}: weights must be "
+                             "finite numbers of at least 0")  # fmt: skip
+
+
 def _is_token_ids(x):
     """Whether a batch's x is encoder inputs already (preprocessed), not raw data."""
     return isinstance(x, dict) and "input_word_ids" in x
@@ -178,8 +195,11 @@ class BertTask(keras.Model):
         """One batch of raw data -> (encoder inputs, targets, weights), in the graph."""
         return self.preprocessor(x), y, sample_weight
 
-    def _preprocess_element(self, *data):
-        # A one-part element is x alone (a tuple there is a pair of texts, not (x, y)).
+    def _preprocess_element(self, data):
+        # `data` is the element's parts as one tuple: a traced function called with one, two
+        # and then three arguments (fit without, then with sample_weight) made TensorFlow's
+        # retracing fail with an IndexError. A one-part element is x alone (a tuple there is a
+        # pair of texts, not (x, y)).
         x, y, sample_weight = (data[0], None, None) if len(data) == 1 else (
             keras.utils.unpack_x_y_sample_weight(data))  # fmt: skip
         if _is_token_ids(x):
@@ -213,6 +233,8 @@ class BertTask(keras.Model):
                                  "give one target per example")  # fmt: skip
         if y is not None:
             self.check_targets(x, y)
+        if sample_weight is not None:
+            _check_sample_weights(sample_weight)
         data = keras.utils.pack_x_y_sample_weight(x, *[
             _as_tensors(v) for v in (y, sample_weight) if v is not None])  # fmt: skip
         dataset = tf.data.Dataset.from_tensor_slices(data)
@@ -226,7 +248,8 @@ class BertTask(keras.Model):
         dataset = self.batched(x, y, sample_weight, batch_size, shuffle=training, seed=seed)
         # Traced once for the model's life: tracing the tokenizer and packer takes about 0.15 s,
         # which a plain function would cost every call of fit and evaluate.
-        return dataset.map(self.traced(self._preprocess_element),
+        preprocess = self.traced(self._preprocess_element)
+        return dataset.map(lambda *data: preprocess(data),
                            num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
     # --- Keras entry points on raw strings ---
@@ -307,7 +330,12 @@ class BertTask(keras.Model):
         if not self.compiled:
             self.compile()
         dataset = self.make_dataset(x, y, sample_weight, batch_size)
-        return super().evaluate(dataset, **kwargs)
+        with warnings.catch_warnings():
+            # Keras warns "Your input ran out of data; interrupting training" at the end of a
+            # dataset whose length it was not told (a SQuAD model's windows): for evaluate,
+            # that end is the end of the data, not an interruption.
+            warnings.filterwarnings("ignore", message="Your input ran out of data")
+            return super().evaluate(dataset, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         """Keras `predict` on raw strings; returns the model's outputs (logits).

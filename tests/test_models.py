@@ -120,6 +120,19 @@ def test_pair_classifier_and_regression(tiny_checkpoint):
         model.predict((first, second[:2]), verbose=0)
 
 
+def test_one_model_fits_without_then_with_sample_weights(classifier):
+    """The preprocessing function a model traces once took the element's parts as separate
+    arguments; called with two, then three (x, y, sample_weight), TensorFlow's retracing
+    raised IndexError. Weights reach the loss: with one example weighted 1 and the others 0,
+    the loss is that example's alone over the batch's size (Keras's default reduction)."""
+    classifier.compile()
+    classifier.fit(SENTENCES, LABELS, verbose=0)
+    classifier.fit(SENTENCES, LABELS, sample_weight=[1.0, 0.0, 2.0, 1.0], verbose=0)
+    weighted = classifier.evaluate(SENTENCES, LABELS, sample_weight=[0, 0, 1, 0], verbose=0)
+    alone = classifier.evaluate(SENTENCES[2:3], LABELS[2:3], verbose=0)
+    np.testing.assert_allclose(weighted[0] * len(SENTENCES), alone[0], rtol=1e-5)
+
+
 def test_bad_labels_and_inputs_are_refused_in_one_line(classifier):
     """Labels in memory are checked before any graph runs, each mistake in one line naming the
     first bad label (a label of 0.5 used to be cast to class 0 and trained on); a Dataset's are
@@ -140,6 +153,13 @@ def test_bad_labels_and_inputs_are_refused_in_one_line(classifier):
             classifier.evaluate(dataset, verbose=0)
     with pytest.raises(ValueError, match=r"len\(x\) is 4 but len\(sample_weight\) is 2"):
         classifier.fit(SENTENCES, LABELS, sample_weight=[1.0, 1.0], verbose=0)
+    for weights, message in [([1, np.nan, 1, 1], r"sample_weight\[1\] is nan"),
+                             ([1, 1, 1, -2], r"sample_weight\[3\] is -2.0: weights must be "
+                                             "finite numbers of at least 0"),
+                             (["a", "b", "c", "d"], "sample_weight must be numbers")]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            classifier.fit(SENTENCES, LABELS, sample_weight=weights, verbose=0)
+    classifier.fit(SENTENCES, LABELS, sample_weight=[0, 1, 2, 0.5], verbose=0)
     with pytest.raises(ValueError, match=r"one text where a list of them belongs.*\[text\]"):
         classifier.predict("a single sentence", verbose=0)
     assert classifier.evaluate(SENTENCES, np.array(LABELS, "float32"), verbose=0)[1] >= 0
@@ -300,6 +320,13 @@ def test_question_answerer_refuses_answers_outside_their_passage(tiny_checkpoint
                                              "characters"):  # fmt: skip
             model.fit(x, (starts, ends), verbose=0)
     model.fit(x, ([-1, 0], [-1, 7]), verbose=0)
+    # A question's sample weight goes to each of its windows (it raised TypeError before).
+    spans = ([0, 0], [11, 7])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Your input ran out of data")
+        plain = model.evaluate(x, spans, verbose=0)
+    assert model.evaluate(x, spans, sample_weight=[1.0, 1.0], verbose=0) == plain
+    assert model.evaluate(x, spans, sample_weight=[0.0, 0.0], verbose=0)[0] == 0
     dataset = tf.data.Dataset.from_tensor_slices((x, ([0, 0], [11, 50]))).batch(2)
     with pytest.raises(tf.errors.InvalidArgumentError, match="not within its passage"):
         model.fit(dataset, verbose=0)
