@@ -19,6 +19,14 @@ from keras_bert.task import BertTask, check_class_ids, class_ids, load_pretraine
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 
 
+def _count(value, least, name, note=""):
+    """`value` as an int, refused in one line unless a whole number of at least `least`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise ValueError(f"{name} must be a whole number of at least {least}{note}, got "
+                         f"{value!r}")  # fmt: skip
+    return int(value)
+
+
 def class_outputs(logits):
     """Logits -> `label_id` (the argmax) and `probabilities` (softmax), as exports return them."""
     logits = tf.cast(logits, tf.float32)
@@ -41,8 +49,12 @@ class BertClassifier(BertTask):
 
     def __init__(self, encoder, preprocessor, num_classes=2, labels=None, dropout=None,
                  **kwargs):  # fmt: skip
+        num_classes = _count(num_classes, 1, "num_classes", " (1 for regression)")
         if labels is not None and len(labels) != num_classes:
             raise ValueError(f"{len(labels)} labels for {num_classes} classes")
+        if labels is not None and len({str(label) for label in labels}) < len(labels):
+            raise ValueError(f"the label names repeat ({list(labels)}): an export would answer "
+                             "one name for two classes")  # fmt: skip
         dropout = encoder.config.hidden_dropout_prob if dropout is None else dropout
         # === Layers ===
         head = ClassifierHead(num_classes, dropout, encoder.config.initializer_range,
@@ -127,6 +139,7 @@ class BertMultipleChoice(BertTask):
     """
 
     def __init__(self, encoder, preprocessor, num_choices=4, dropout=None, **kwargs):
+        num_choices = _count(num_choices, 2, "num_choices")
         dropout = encoder.config.hidden_dropout_prob if dropout is None else dropout
         # === Layers ===
         folds = {n: FoldChoices(name=f"fold_{n}") for n in INPUT_NAMES}

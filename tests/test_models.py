@@ -120,6 +120,23 @@ def test_pair_classifier_and_regression(tiny_checkpoint):
         model.predict((first, second[:2]), verbose=0)
 
 
+def test_bad_model_settings_are_refused_in_one_line(tiny_checkpoint):
+    """num_classes 0 built a head of no classes, and repeated label names made an export
+    answer one name for two classes."""
+    for kwargs, message in [(dict(num_classes=0), "num_classes must be a whole number of at "
+                                                  r"least 1 \(1 for regression\), got 0"),
+                            (dict(num_classes=2.5), "got 2.5"),
+                            (dict(num_classes=True), "got True"),
+                            (dict(num_classes=2, labels=["pos", "pos"]), "label names repeat")]:
+        with pytest.raises(ValueError, match=message):
+            keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, sequence_length=16, **kwargs)
+    with pytest.raises(ValueError, match="num_choices must be a whole number of at least 2"):
+        keras_bert.BertMultipleChoice.from_checkpoint(tiny_checkpoint, num_choices=1)
+    model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=np.int64(3),
+                                                      sequence_length=16)  # fmt: skip
+    assert model.predict(SENTENCES, verbose=0).shape == (4, 3)
+
+
 def test_one_model_fits_without_then_with_sample_weights(classifier):
     """The preprocessing function a model traces once took the element's parts as separate
     arguments; called with two, then three (x, y, sample_weight), TensorFlow's retracing
