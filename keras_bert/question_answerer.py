@@ -18,6 +18,7 @@ from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import SpanLabelerHead
 from keras_bert.spans import SpanWindows
 from keras_bert.task import BertTask, load_pretrained
+from keras_bert.tokenizer import valid_utf8
 
 
 @keras.saving.register_keras_serializable(package="keras_bert")
@@ -157,8 +158,7 @@ class BertQuestionAnswerer(BertTask):
 
 def _characters(contexts):
     """Characters of each passage, an invalid UTF-8 sequence counted as one (as offsets are)."""
-    valid = tf.strings.unicode_transcode(contexts, "UTF-8", "UTF-8", errors="replace")
-    return tf.strings.length(valid, unit="UTF8_CHAR")
+    return tf.strings.length(valid_utf8(contexts), unit="UTF8_CHAR")
 
 
 def bad_spans(contexts, starts, ends):

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.preprocessing import BertPreprocessor
+from keras_bert.tokenizer import valid_utf8
 
 NO_POSITION = -1  # character offset of positions off the passage (a Python int: no tensor at import)
 
@@ -224,7 +225,7 @@ class SpanWindows(BertPreprocessor):
         end was not read), and with a threshold (SQuAD 2.0) `no_answer` bool, true when [CLS]'s score beats the
         best span's by more than the threshold. `candidates` holds decode()'s n-best.
         """
-        contexts = tf.strings.unicode_transcode(contexts, "UTF-8", "UTF-8", errors="replace")
+        contexts = valid_utf8(contexts)
         windows = self.windows(questions, contexts)
         logits = model({name: windows[name] for name in INPUT_NAMES}, training=False)
         best = self.decode(windows, logits["start_logits"], logits["end_logits"])

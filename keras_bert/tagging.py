@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.preprocessing import BertPreprocessor
+from keras_bert.tokenizer import valid_utf8
 
 WHITESPACE = r"[\t\n\r\p{Zs}]"  # what the tokenizer turns into spaces
 IGNORE = -1  # label of word pieces after the first, of [CLS], [SEP] and padding
@@ -76,7 +77,7 @@ class WordTagger(BertPreprocessor):
     def _words(self, sentences):
         """Token ids (truncated) with each token's word and first-piece flag, and each word's
         character span [start, end); all ragged over the batch."""
-        sentences = tf.strings.unicode_transcode(sentences, "UTF-8", "UTF-8", errors="replace")
+        sentences = valid_utf8(sentences)
         ids, starts, _ = self.tokenizer.tokenize_with_offsets(sentences)
         ids, starts = ids[:, : self.max_tokens], starts[:, : self.max_tokens]
         space, word_start = _spaces_and_word_starts(sentences)
@@ -98,7 +99,7 @@ class WordTagger(BertPreprocessor):
 
     def word_counts(self, sentences):
         """Words per sentence (int64 (batch,)), split at white space as `encode` splits them."""
-        sentences = tf.strings.unicode_transcode(sentences, "UTF-8", "UTF-8", errors="replace")
+        sentences = valid_utf8(sentences)
         return tf.reduce_sum(tf.cast(_spaces_and_word_starts(sentences)[1], tf.int64), axis=1)
 
     def encode(self, sentences, word_tags=None):

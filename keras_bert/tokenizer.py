@@ -35,7 +35,7 @@ def _lower_unicode(texts):
     return tf.strings.lower(tf.strings.lower(texts), encoding="utf-8")
 
 
-def _valid_utf8(texts):
+def valid_utf8(texts):
     """Invalid UTF-8 replaced by U+FFFD (which the clean-up then removes), one per byte
     sequence, as Python's `bytes.decode(errors="replace")` does."""
     return tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace",
@@ -218,7 +218,7 @@ class BertTokenizer(keras.layers.Layer):
         inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
         printable = _all_printable_ascii(inputs)
         cleaned = tf.cond(printable, lambda: self._lowered(inputs),
-                          lambda: _clean(_valid_utf8(inputs), self.do_lower_case))  # fmt: skip
+                          lambda: _clean(valid_utf8(inputs), self.do_lower_case))  # fmt: skip
         return self._wordpiece.tokenize(cleaned)
 
     def tokenize_with_offsets(self, inputs):
@@ -269,7 +269,7 @@ class BertTokenizer(keras.layers.Layer):
         """`tokenize_with_offsets` for any text: each character cleaned on its own, so that
         each token's bytes in the cleaned text map back to the characters they came from."""
         # (batch, (characters))
-        characters = tf.strings.unicode_split(_valid_utf8(inputs), "UTF-8")
+        characters = tf.strings.unicode_split(valid_utf8(inputs), "UTF-8")
         cleaned = characters.with_flat_values(_clean_characters(
             characters.flat_values, self.do_lower_case, characters.value_rowids()))
         byte_ends = tf.math.cumsum(

@@ -128,9 +128,9 @@ def python_clean(text):
 
 def clean_by_character(texts, lower_case):
     """Texts (str or bytes) through the tokenizer's character-by-character clean-up."""
-    from keras_bert.tokenizer import _clean_characters, _valid_utf8
+    from keras_bert.tokenizer import _clean_characters, valid_utf8
 
-    characters = tf.strings.unicode_split(_valid_utf8(tf.constant(texts)), "UTF-8")
+    characters = tf.strings.unicode_split(valid_utf8(tf.constant(texts)), "UTF-8")
     cleaned = characters.with_flat_values(_clean_characters(
         characters.flat_values, lower_case, characters.value_rowids()))
     return tf.strings.reduce_join(cleaned, axis=-1).numpy().tolist()
@@ -397,7 +397,7 @@ def test_whole_text_clean_up_equals_the_character_by_character_one():
     (`_clean_characters`). Both must give the same text, and Python's clean-up of valid
     text, on random texts of accents, combining marks, sigmas, CJK, spaces, control, format
     and private-use characters, emoji, and invalid UTF-8."""
-    from keras_bert.tokenizer import _clean, _valid_utf8
+    from keras_bert.tokenizer import _clean, valid_utf8
 
     pool = (list("aZ 1.'-ΣΣσΑοςÉéßİǅﬁ中文\t\n\r\x00\x1b\x7f\u00a0\u2003\u3000\u200b\u200d")
             + ["\u0301", "\u0327", "\u02b0", "\u00ad", "\ue000", "\ufffd", "\U0001f600",
@@ -406,7 +406,7 @@ def test_whole_text_clean_up_equals_the_character_by_character_one():
     texts = ["".join(rng.choice(pool, size=rng.integers(0, 12))) for _ in range(3000)]
     raw = [t.encode() for t in texts] + [b"caf\xc3", b"\xff\xfeab", b"a\xed\xa0\x80b \xc3\xa9"]
     for lower_case in [True, False]:
-        whole = _clean(_valid_utf8(tf.constant(raw)), lower_case)
+        whole = _clean(valid_utf8(tf.constant(raw)), lower_case)
         assert whole.numpy().tolist() == clean_by_character(raw, lower_case)
     ours = [t.decode() for t in _clean(tf.constant(texts), True).numpy()]
     assert [(t, o) for t, o in zip(texts, ours) if o != python_clean(t)] == []
