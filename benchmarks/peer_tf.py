@@ -149,21 +149,46 @@ def tokenizer_jobs(opts):
     return {"tokenize_and_pack": run}
 
 
+def tf_serving_module():
+    """keras_bert/tf_serving.py, loaded by its path: importing the package would import Keras."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "keras_bert", "tf_serving.py")
+    spec = importlib.util.spec_from_file_location("tf_serving", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def serving_jobs(opts):
+    """batch_N: the export's serving_default through tf.saved_model.load; batch_N~tf_serving:
+    the same calls through the export loaded as TF Serving loads it (one graph in a session)."""
     serve = tf.saved_model.load(opts["export"]).signatures["serving_default"]
+    session = tf_serving_module().LoadedLikeTfServing(opts["export"],
+                                                      intra_op_threads=opts.get("threads") or 0)
     sentences, _ = sst2("dev")
     jobs = {}
     for size, count in SERVING_SENTENCES.items():
         calls = [tf.constant(sentences[i : i + size]) for i in range(0, count, size)]
+        arrays = [np.array(sentences[i : i + size], dtype=object) for i in range(0, count, size)]
 
         def run(calls=calls, count=count):
             latencies = peer_worker.per_call(calls, lambda c: realize(serve(sentence=c)))
             return count, "sentences", latencies
 
+        def run_session(arrays=arrays, count=count):
+            return count, "sentences", peer_worker.per_call(arrays, lambda a: session(sentence=a))
+
         jobs[f"batch_{size}"] = run
-    labels = [realize(serve(sentence=tf.constant(sentences[i : i + 32])))["label_id"]
-              for i in range(0, len(sentences), 32)]  # fmt: skip
-    np.save(os.path.join(opts["scratch"], "keras_bert_labels.npy"), np.concatenate(labels))
+        jobs[f"batch_{size}~tf_serving"] = run_session
+    batches = [sentences[i : i + 32] for i in range(0, len(sentences), 32)]
+    labels = np.concatenate([realize(serve(sentence=tf.constant(b)))["label_id"] for b in batches])
+    as_served = np.concatenate([session(sentence=np.array(b, dtype=object))["label_id"]
+                                for b in batches])  # fmt: skip
+    if not np.array_equal(labels, as_served):
+        raise RuntimeError("the export's labels differ between tf.saved_model.load and TF "
+                           "Serving's loading")  # fmt: skip
+    np.save(os.path.join(opts["scratch"], "keras_bert_labels.npy"), labels)
     return jobs
 
 

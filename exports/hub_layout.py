@@ -8,9 +8,11 @@ Code written for TF Hub's BERT models (`hub.KerasLayer(preprocess_url)` then
   encoder:    that dict -> pooled_output, sequence_output, encoder_outputs.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from keras_bert import serving
+from keras_bert.encoder import INPUT_NAMES
 from keras_bert.tokenizer import BertPacker
 
 
@@ -32,32 +34,38 @@ class Preprocessor(tf.Module):
 
 
 class Encoder(tf.Module):
-    def __init__(self, encoder):
+    """`encoder` is not an attribute: the module tracks the variables its functions read
+    (serving.captured_variables), not the Keras layer, whose variables wrap those."""
+
+    def __init__(self, encoder, signature):
         super().__init__()
-        self.encoder = encoder
         spec = {name.name: name for name in serving.token_id_specs()}
-        self.__call__ = tf.function(lambda inputs: self.encoder(inputs, training=False),
+        self.__call__ = tf.function(lambda inputs: encoder(inputs, training=False),
                                     input_signature=[spec])  # fmt: skip
+        self.signature = tf.function(signature, input_signature=serving.token_id_specs())
+        self.encoder_weights = serving.captured_variables([self.__call__, self.signature])
 
 
 def save_preprocessor(tokenizer, path, sequence_length):
     module = Preprocessor(tokenizer, sequence_length)
     tf.saved_model.save(module, path, signatures={"serving_default": module.__call__})
     serving.check_serving_ops(path)
+    serving.check_serves_like_tf_serving(path, serving.text_requests([{"sentences": ["Hi."]}]))
 
 
 def save_encoder(encoder, path, sequence_length=None):
     """Saves the encoder; its serving signature flattens encoder_outputs to encoder_outputs_<i>."""
     del sequence_length  # the encoder takes any length up to max_position_embeddings
-    module = Encoder(encoder)
 
-    def flat_outputs(**inputs):
-        outputs = dict(module.encoder(inputs, training=False))
+    def flat_outputs(*ids):
+        outputs = dict(encoder(dict(zip(INPUT_NAMES, ids)), training=False))
         outputs.pop("pooled_output_only")  # TF Hub's interface has pooled_output alone
         layers = outputs.pop("encoder_outputs")
         return {**outputs, **{f"encoder_outputs_{i}": x for i, x in enumerate(layers)}}
 
-    specs = {spec.name: spec for spec in serving.token_id_specs()}
-    signature = tf.function(flat_outputs).get_concrete_function(**specs)
-    tf.saved_model.save(module, path, signatures={"serving_default": signature})
+    module = Encoder(encoder, flat_outputs)
+    tf.saved_model.save(module, path, signatures={"serving_default": module.signature})
     serving.check_serving_ops(path)
+    ids = np.array([[2, 3, 4]], np.int32)  # any ids below the vocabulary's size
+    serving.check_serves_like_tf_serving(path, [{"input_word_ids": ids, "input_mask":
+                                                 np.ones_like(ids), "input_type_ids": 0 * ids}])

@@ -10,10 +10,12 @@ import os
 import shutil
 import time
 
+import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
 from keras_bert.encoder import INPUT_NAMES
+from keras_bert.tf_serving import LoadedLikeTfServing
 
 SERVING_OPS = os.path.join(os.path.dirname(__file__), "serving_ops.txt")
 
@@ -37,11 +39,28 @@ class ServingModule(tf.Module):
     def __init__(self, model):
         super().__init__()
         self.preprocessor = model.preprocessor
-        self.model_weights = list(model.weights)  # the variables the functions read
         self.functions = {
             name: tf.function(function, input_signature=specs)
             for name, (function, specs) in model.serving_functions().items()
         }
+        self.model_weights = captured_variables(self.functions.values())
+
+
+def captured_variables(functions):
+    """The tf.Variables that `functions` (tf.functions with input signatures) read, each once.
+
+    A SavedModel must track these, not the Keras variables that wrap them: TF Serving (and any
+    loader that runs the SavedModel as one graph in a session, as tf_serving.py does)
+    restores the checkpoint into the tracked variables only. Tracking Keras's wrappers saved a
+    second set of variables, which received the weights while the functions read variables
+    left uninitialised ("Could not find variable layer_5/output_dense/kernel"); only
+    `tf.saved_model.load`, which maps a function's captures by object, ran such an export.
+    """
+    seen = {}
+    for function in functions:
+        for variable in function.get_concrete_function().variables:
+            seen.setdefault(id(variable), variable)
+    return list(seen.values())
 
 
 def export(model, model_dir, version=None):
@@ -74,6 +93,27 @@ def check_serving_ops(saved_model_dir):
     if unsupported:
         raise ValueError(f"{saved_model_dir} uses ops TF Serving 2.12 cannot run: "
                          f"{', '.join(unsupported)}")  # fmt: skip
+
+
+def check_serves_like_tf_serving(saved_model_dir, requests, signature="serving_default"):
+    """Runs `requests` ({input name: array}) through the SavedModel loaded as TF Serving loads
+    it (LoadedLikeTfServing); raises ValueError naming the first failure."""
+    try:
+        served = LoadedLikeTfServing(saved_model_dir, signature)
+        for request in requests:
+            served(**request)
+    except tf.errors.OpError as error:
+        lines = [line.strip() for line in error.message.splitlines()]
+        reason = next(line for line in lines + ["?"]
+                      if line and line != "Graph execution error:")  # fmt: skip
+        raise ValueError(f"{saved_model_dir} fails as TF Serving would load it: {reason}"
+                         ) from error  # fmt: skip
+
+
+def text_requests(examples):
+    """[{input name: list of str}] -> the same as arrays of strings."""
+    return [{name: np.array(texts, dtype=object) for name, texts in example.items()}
+            for example in examples]  # fmt: skip
 
 
 def write_warmup_requests(saved_model_dir, model_name, examples):
@@ -113,6 +153,7 @@ def save_versioned(module, signatures, model_dir, warmup=None, version=None):
         tf.saved_model.save(module, tmp, signatures=signatures)
         check_serving_ops(tmp)
         if warmup:
+            check_serves_like_tf_serving(tmp, text_requests(warmup))
             write_warmup_requests(tmp, model_name, warmup)
         os.rename(tmp, final)
     finally:

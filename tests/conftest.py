@@ -108,17 +108,36 @@ def run_with_flags(run, **values):
 
 def served_in_clean_process(export_path, body, stdin=""):
     """Runs `body` in a process that imports only tensorflow and tensorflow_text, with `f` the
-    export's serving_default and `sys.argv[1]` its path; returns the JSON its last line prints."""
+    export's serving_default and `sys.argv[1]` its path; returns the JSON its last line prints.
+
+    `f` runs each call twice: as TF Serving runs the export (keras_bert/tf_serving.py, loaded
+    by its path) and through `tf.saved_model.load`; it asserts the two answer the same and
+    returns the latter's tensors."""
     import json
     import subprocess
     import sys
 
     script = (
-        "import json, sys, tensorflow as tf, tensorflow_text\n"
+        "import importlib.util, json, sys, numpy as np, tensorflow as tf, tensorflow_text\n"
+        "spec = importlib.util.spec_from_file_location('tf_serving', sys.argv[2])\n"
+        "tf_serving = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(tf_serving)\n"
         "assert 'keras_bert' not in sys.modules and 'tasks' not in sys.modules\n"
-        "f = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n" + body
+        "as_tf_serving = tf_serving.LoadedLikeTfServing(sys.argv[1])\n"
+        "loaded = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+        "def f(**inputs):\n"
+        "    out = loaded(**inputs)\n"
+        "    served = as_tf_serving(**{k: v.numpy() for k, v in inputs.items()})\n"
+        "    assert sorted(served) == sorted(out), (sorted(served), sorted(out))\n"
+        "    for k, v in out.items():\n"
+        "        if v.dtype.is_floating:\n"
+        "            np.testing.assert_allclose(served[k], v.numpy(), rtol=0, atol=1e-6)\n"
+        "        else:\n"
+        "            np.testing.assert_array_equal(served[k], v.numpy())\n"
+        "    return out\n" + body
     )
-    result = subprocess.run([sys.executable, "-c", script, export_path], input=stdin,
+    module = os.path.join(os.path.dirname(keras_bert.__file__), "tf_serving.py")
+    result = subprocess.run([sys.executable, "-c", script, export_path, module], input=stdin,
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])

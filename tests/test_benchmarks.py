@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import numpy as np
+
 from benchmarks.peer_results import compare
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,3 +73,21 @@ def test_the_products_bench_offers_each_precision():
     # On a CPU whose bfloat16 products are slow, float32's are the ones to compare.
     options = {"bench": "products", "batch_size": 3, "precisions": ["float32", "bfloat16"]}
     assert sorted(offered_jobs(options)) == ["bfloat16/products", "float32/products"]
+
+
+def test_the_serving_bench_also_serves_the_export_as_tf_serving_loads_it(tiny_checkpoint,
+                                                                          tmp_path):  # fmt: skip
+    import keras_bert
+
+    path = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint).export(str(tmp_path / "m"))
+    options = {"bench": "serving", "export": path, "scratch": str(tmp_path)}
+    worker = subprocess.run([sys.executable, "-m", "benchmarks.peer_tf", json.dumps(options)],
+                            cwd=ROOT, input="batch_1~tf_serving\n", capture_output=True,
+                            text=True, timeout=600)  # fmt: skip
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    announced, report = (json.loads(line) for line in worker.stdout.splitlines())
+    assert sorted(announced["jobs"]) == ["batch_1", "batch_1~tf_serving", "batch_32",
+                                         "batch_32~tf_serving"]  # fmt: skip
+    assert report["items"] == len(report["latencies"]) == 64  # one sentence a call
+    # The worker checked that both loadings label the dev sentences alike, and saved them.
+    assert np.load(tmp_path / "keras_bert_labels.npy").shape == (872,)

@@ -1,16 +1,16 @@
 import json
 import os
-import subprocess
-import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
-from conftest import DATA
+from conftest import DATA, served_in_clean_process
 
 from exports import export
 from keras_bert import serving
+from keras_bert.tf_serving import LoadedLikeTfServing
 from tasks import common, glue, swag
 
 
@@ -41,23 +41,42 @@ def test_export_reloads_in_a_clean_process_with_the_same_outputs(sst2_run, tmp_p
     path = export.export_run(sst2_run, str(tmp_path / "exported"), "sst2")
     assert path == str(tmp_path / "exported" / "sst2" / "1")
     assert not [n for n in os.listdir(tmp_path / "exported" / "sst2") if n.startswith(".tmp")]
-    script = (
-        "import json, sys, tensorflow as tf, tensorflow_text\n"
-        "assert 'keras_bert' not in sys.modules and 'tasks' not in sys.modules\n"
-        "f = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+    body = (
         f"out = f(sentence=tf.constant({SENTENCES!r}))\n"
         "print(json.dumps({'label': [l.decode() for l in out['label'].numpy()],"
         " 'label_id': out['label_id'].numpy().tolist(),"
         " 'probabilities': out['probabilities'].numpy().tolist()}))\n"
     )  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True,
-                            timeout=300)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    served = json.loads(result.stdout.strip().splitlines()[-1])
+    served = served_in_clean_process(path, body)
     expected = in_memory_probabilities(sst2_run, SENTENCES)
     np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
     assert served["label_id"] == expected.argmax(-1).tolist()
     assert served["label"] == [str(i) for i in served["label_id"]]
+
+
+def test_exports_track_the_variables_their_functions_read(tmp_path):
+    """TF Serving restores the checkpoint into the variables a SavedModel tracks. Tracking
+    Keras's variables, as the exporter did before, left the ones the functions read
+    uninitialised: the export ran under tf.saved_model.load and failed in TF Serving."""
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    x = np.arange(8, dtype="float32").reshape(2, 4)
+    for tracked in ("keras", "captured"):
+        module = tf.Module()
+        module.f = tf.function(lambda x: model(x),
+                               input_signature=[tf.TensorSpec([None, 4], name="x")])  # fmt: skip
+        module.weights_read = (list(model.weights) if tracked == "keras"
+                               else serving.captured_variables([module.f]))  # fmt: skip
+        path = str(tmp_path / tracked)
+        tf.saved_model.save(module, path, signatures={"serving_default": module.f})
+        loaded = tf.saved_model.load(path)  # which runs both
+        np.testing.assert_allclose(loaded.f(x), model(x), atol=1e-6)
+        if tracked == "keras":
+            with pytest.raises(ValueError, match="fails as TF Serving would load it: Could not "
+                                                 "find variable"):  # fmt: skip
+                serving.check_serves_like_tf_serving(path, [{"x": x}])
+        else:
+            (served,) = LoadedLikeTfServing(path)(x=x).values()
+            np.testing.assert_allclose(served, model(x), atol=1e-6)
 
 
 def test_token_id_signature_matches_text_signature(sst2_run, tmp_path):
@@ -119,6 +138,15 @@ def test_hub_layout_preprocessor_and_encoder(sst2_run, tmp_path):
     signature = encoder.signatures["serving_default"](**inputs)
     assert {"pooled_output", "sequence_output", "encoder_outputs_0", "encoder_outputs_1"} == set(
         signature)  # fmt: skip
+    # Both as TF Serving runs them: the same numbers.
+    as_served = LoadedLikeTfServing(str(tmp_path / "sst2_preprocess"))(
+        sentences=["hello world", "a longer second sentence"])
+    for name, ids in inputs.items():
+        np.testing.assert_array_equal(as_served[name], ids)
+    as_served = LoadedLikeTfServing(str(tmp_path / "sst2_encoder"))(**as_served)
+    np.testing.assert_allclose(as_served["pooled_output"], expected["pooled_output"], atol=1e-5)
+    np.testing.assert_allclose(as_served["encoder_outputs_1"], signature["encoder_outputs_1"],
+                               atol=1e-6)  # fmt: skip
 
 
 def test_swag_export_takes_context_and_endings(tmp_path, tiny_checkpoint, flags_parsed):
@@ -139,6 +167,8 @@ def test_swag_export_takes_context_and_endings(tmp_path, tiny_checkpoint, flags_
     # The export packs the choices as the saved model does in predict (one implementation).
     logits = common.load_run(str(tmp_path / "run")).predict((context, endings), verbose=0)
     np.testing.assert_allclose(served["probabilities"], tf.nn.softmax(logits), atol=1e-5)
+    as_served = LoadedLikeTfServing(path)(context=context, endings=endings)
+    np.testing.assert_allclose(as_served["probabilities"], served["probabilities"], atol=1e-6)
     # An empty batch gets empty answers, not an error.
     empty = tf.saved_model.load(path).signatures["serving_default"](
         context=tf.constant([], tf.string), endings=tf.zeros([0, 4], tf.string))
