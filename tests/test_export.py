@@ -1,5 +1,7 @@
 import json
 import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -77,6 +79,28 @@ def test_exports_track_the_variables_their_functions_read(tmp_path):
         else:
             (served,) = LoadedLikeTfServing(path)(x=x).values()
             np.testing.assert_allclose(served, model(x), atol=1e-6)
+
+
+def test_tf_serving_script_answers_a_request_in_a_tensorflow_only_process(sst2_run, tmp_path):
+    """keras_bert/tf_serving.py as a script: what README's check in TF Serving 2.12's runtime
+    runs (there with TensorFlow 2.12.1 and tensorflow-text 2.12.1)."""
+    path = export.export_run(sst2_run, str(tmp_path), "sst2")
+    script = os.path.join(os.path.dirname(serving.__file__), "tf_serving.py")
+
+    def run(*flags):
+        return subprocess.run([sys.executable, script, f"--export={path}", *flags],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+
+    answered = run("--inputs=" + json.dumps({"sentence": SENTENCES[:2]}))
+    assert answered.returncode == 0, answered.stderr[-2000:]
+    outputs = json.loads(answered.stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(outputs["probabilities"],
+                               in_memory_probabilities(sst2_run, SENTENCES[:2]), atol=1e-5)
+    assert outputs["label"] == [str(i) for i in outputs["label_id"]]
+    mistaken = run('--inputs={"sentences": ["a"]}')
+    assert mistaken.returncode == 1
+    assert mistaken.stderr.strip().splitlines()[-1] == (
+        "error: the signature takes ['sentence'], not ['sentences']")
 
 
 def test_token_id_signature_matches_text_signature(sst2_run, tmp_path):
