@@ -8,6 +8,10 @@ Code written for TF Hub's BERT models (`hub.KerasLayer(preprocess_url)` then
   encoder:    that dict -> pooled_output, sequence_output, encoder_outputs.
 """
 
+import os
+import shutil
+import time
+
 import numpy as np
 import tensorflow as tf
 
@@ -48,9 +52,7 @@ class Encoder(tf.Module):
 
 def save_preprocessor(tokenizer, path, sequence_length):
     module = Preprocessor(tokenizer, sequence_length)
-    tf.saved_model.save(module, path, signatures={"serving_default": module.__call__})
-    serving.check_serving_ops(path)
-    serving.check_serves_like_tf_serving(path, serving.text_requests([{"sentences": ["Hi."]}]))
+    _write(module, path, module.__call__, serving.text_requests([{"sentences": ["Hi."]}]))
 
 
 def save_encoder(encoder, path, sequence_length=None):
@@ -64,8 +66,27 @@ def save_encoder(encoder, path, sequence_length=None):
         return {**outputs, **{f"encoder_outputs_{i}": x for i, x in enumerate(layers)}}
 
     module = Encoder(encoder, flat_outputs)
-    tf.saved_model.save(module, path, signatures={"serving_default": module.signature})
-    serving.check_serving_ops(path)
     ids = np.array([[2, 3, 4]], np.int32)  # any ids below the vocabulary's size
-    serving.check_serves_like_tf_serving(path, [{"input_word_ids": ids, "input_mask":
-                                                 np.ones_like(ids), "input_type_ids": 0 * ids}])
+    _write(module, path, module.signature, [{"input_word_ids": ids, "input_mask":
+                                             np.ones_like(ids), "input_type_ids": 0 * ids}])
+
+
+def _write(module, path, signature, requests):
+    """Saves `module` under a temporary name beside `path`, checks its ops and `requests` as TF
+    Serving would run them, then puts it in place of any earlier one (the layout has no
+    versions). A failed or killed export leaves the earlier one whole."""
+    stamp = f"{os.getpid()}-{int(time.time())}"
+    tmp, old = f"{path}.tmp-{stamp}", f"{path}.old-{stamp}"
+    try:
+        tf.saved_model.save(module, tmp, signatures={"serving_default": signature})
+        serving.check_serving_ops(tmp)
+        serving.check_serves_like_tf_serving(tmp, requests)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if os.path.exists(path):
+        os.rename(path, old)
+        os.rename(tmp, path)
+        shutil.rmtree(old)
+    else:
+        os.rename(tmp, path)

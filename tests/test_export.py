@@ -10,7 +10,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from conftest import DATA, served_in_clean_process
 
-from exports import export
+from exports import export, hub_layout
 from keras_bert import serving
 from keras_bert.tf_serving import LoadedLikeTfServing
 from tasks import common, glue, swag
@@ -171,6 +171,28 @@ def test_hub_layout_preprocessor_and_encoder(sst2_run, tmp_path):
     np.testing.assert_allclose(as_served["pooled_output"], expected["pooled_output"], atol=1e-5)
     np.testing.assert_allclose(as_served["encoder_outputs_1"], signature["encoder_outputs_1"],
                                atol=1e-6)  # fmt: skip
+
+
+def test_hub_layout_folders_are_replaced_whole_or_not_at_all(sst2_run, tmp_path, monkeypatch):
+    tokenizer = common.load_run(sst2_run).preprocessor.tokenizer
+    target = str(tmp_path / "preprocess")
+
+    def padded_length():
+        return LoadedLikeTfServing(target)(sentences=["a b"])["input_word_ids"].shape[1]
+
+    hub_layout.save_preprocessor(tokenizer, target, 16)
+    assert padded_length() == 16
+
+    def failing_check(path, requests):
+        raise ValueError("the check failed")
+
+    monkeypatch.setattr(serving, "check_serves_like_tf_serving", failing_check)
+    with pytest.raises(ValueError, match="the check failed"):
+        hub_layout.save_preprocessor(tokenizer, target, 32)
+    assert os.listdir(tmp_path) == ["preprocess"] and padded_length() == 16  # the earlier one
+    monkeypatch.undo()
+    hub_layout.save_preprocessor(tokenizer, target, 32)
+    assert os.listdir(tmp_path) == ["preprocess"] and padded_length() == 32
 
 
 def test_swag_export_takes_context_and_endings(tmp_path, tiny_checkpoint, flags_parsed):
