@@ -15,7 +15,7 @@ import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
 from keras_bert.encoder import INPUT_NAMES
-from keras_bert.tf_serving import LoadedLikeTfServing
+from keras_bert.tf_serving import LoadedLikeTfServing, error_line
 
 SERVING_OPS = os.path.join(os.path.dirname(__file__), "serving_ops.txt")
 
@@ -103,11 +103,8 @@ def check_serves_like_tf_serving(saved_model_dir, requests, signature="serving_d
         for request in requests:
             served(**request)
     except tf.errors.OpError as error:
-        lines = [line.strip() for line in error.message.splitlines()]
-        reason = next(line for line in lines + ["?"]
-                      if line and line != "Graph execution error:")  # fmt: skip
-        raise ValueError(f"{saved_model_dir} fails as TF Serving would load it: {reason}"
-                         ) from error  # fmt: skip
+        raise ValueError(f"{saved_model_dir} fails as TF Serving would load it: "
+                         f"{error_line(error)}") from error  # fmt: skip
 
 
 def text_requests(examples):

@@ -1,7 +1,8 @@
 """A SavedModel run as TF Serving runs it, with TensorFlow alone.
 
-This module imports only NumPy, TensorFlow and absl, so that a process without Keras (a
-benchmark or test standing in for a server) can load it by its file path. Run as a script, it
+This module imports only NumPy and TensorFlow (and, run as a script, absl and tensorflow-text),
+so that a process without Keras (a benchmark or test standing in for a server) can load it by
+its file path. Run as a script, it
 answers one request with an export, in whatever TensorFlow runs it; with TensorFlow 2.12 and
 tensorflow-text 2.12.1, the runtime of TF Serving 2.12 (README, Export and TF Serving):
 
@@ -59,6 +60,14 @@ class LoadedLikeTfServing:
         return dict(zip(self.output_names, outputs))
 
 
+def error_line(error):
+    """The line of a TensorFlow error (or any exception) that says what went wrong."""
+    message = error.message if isinstance(error, tf.errors.OpError) else str(error)
+    lines = [line.strip() for line in message.splitlines()]
+    return next((line for line in lines if line and line != "Graph execution error:"),
+                type(error).__name__)  # fmt: skip
+
+
 def _as_json(array):
     if array.dtype == object:
         return np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(array).tolist()
@@ -106,10 +115,7 @@ def _run_as_script():
         try:
             _main(argv)
         except (app.UsageError, ValueError, tf.errors.OpError) as e:
-            message = e.message if isinstance(e, tf.errors.OpError) else str(e)
-            lines = [line.strip() for line in message.splitlines()
-                     if line.strip() and line.strip() != "Graph execution error:"]  # fmt: skip
-            print(f"error: {lines[0] if lines else type(e).__name__}", file=sys.stderr)
+            print(f"error: {error_line(e)}", file=sys.stderr)
             sys.exit(1)
 
     app.run(main)
