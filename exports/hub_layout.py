@@ -78,15 +78,10 @@ def _write(module, path, signature, requests):
     stamp = f"{os.getpid()}-{int(time.time())}"
     tmp, old = f"{path}.tmp-{stamp}", f"{path}.old-{stamp}"
     try:
-        tf.saved_model.save(module, tmp, signatures={"serving_default": signature})
-        serving.check_serving_ops(tmp)
-        serving.check_serves_like_tf_serving(tmp, requests)
-    except BaseException:
+        serving.save_checked(module, tmp, {"serving_default": signature}, requests)
+        if os.path.exists(path):
+            os.rename(path, old)
+        os.rename(tmp, path)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if os.path.exists(path):
-        os.rename(path, old)
-        os.rename(tmp, path)
-        shutil.rmtree(old)
-    else:
-        os.rename(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)

@@ -147,12 +147,18 @@ def save_versioned(module, signatures, model_dir, warmup=None, version=None):
         raise FileExistsError(f"{final} exists; pick another --version")
     tmp = os.path.join(model_dir, f".tmp-{version}-{int(time.time())}")
     try:
-        tf.saved_model.save(module, tmp, signatures=signatures)
-        check_serving_ops(tmp)
+        save_checked(module, tmp, signatures, text_requests(warmup or []))
         if warmup:
-            check_serves_like_tf_serving(tmp, text_requests(warmup))
             write_warmup_requests(tmp, model_name, warmup)
         os.rename(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def save_checked(module, path, signatures, requests):
+    """Saves `module` at `path` (a temporary name: the caller renames it into place) and checks
+    it as TF Serving would run it: its ops, then `requests` ({input name: array}) through it."""
+    tf.saved_model.save(module, path, signatures=signatures)
+    check_serving_ops(path)
+    check_serves_like_tf_serving(path, requests)

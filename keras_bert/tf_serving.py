@@ -91,11 +91,7 @@ def _main(argv):
     if not tf.saved_model.contains_saved_model(FLAGS.export):
         raise app.UsageError(f"--export={FLAGS.export} holds no SavedModel (saved_model.pb)")
     served = LoadedLikeTfServing(FLAGS.export, FLAGS.signature, FLAGS.intra_op_threads)
-    arrays = {}
-    for name, values in inputs.items():
-        array = np.asarray(values)
-        arrays[name] = array.astype(object) if array.dtype.kind == "U" else array
-    outputs = served(**arrays)
+    outputs = served(**inputs)
     print(json.dumps({name: _as_json(value) for name, value in outputs.items()}))
 
 
