@@ -17,7 +17,7 @@ import keras
 from absl import app, flags, logging
 
 import keras_bert  # noqa: F401  (registers the task models before loading one)
-from keras_bert import textfiles
+from keras_bert import layers, textfiles
 from keras_bert.task import PRECISIONS
 from exports import hub_layout
 from tasks import run_main
@@ -40,9 +40,13 @@ flags.DEFINE_enum("precision", "float32", sorted(PRECISIONS),
 flags.DEFINE_integer("serving_max_windows", None, "SQuAD runs: windows a served passage may produce "
                      "(default: the run's own, 64 unless trained otherwise); a longer passage's "
                      "end is not read and the answer's passage_cut says so.")
+flags.DEFINE_integer("column_parts", None, "The export's encoder blocks compute in this many "
+                     "column parts, which TensorFlow's inter-op threads run side by side (the "
+                     "same numbers; README, Speed). Default: 2 where the model's heads and sizes "
+                     "split in two, else 1; 1 keeps each product whole.")
 
 def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, max_windows=None,
-               precision="float32"):  # fmt: skip
+               precision="float32", column_parts=None):  # fmt: skip
     """Exports the model.keras of a finished run; everything it needs is inside that file."""
     textfiles.check_folder(run_dir, "--run_dir")
     path = os.path.join(run_dir, "model.keras")
@@ -55,12 +59,17 @@ def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, ma
         if max_windows < 1:
             raise app.UsageError(f"--serving_max_windows must be at least 1, got {max_windows}")
         model.preprocessor.max_windows = max_windows
+    if column_parts is not None:
+        try:
+            layers.check_column_parts(model.encoder.config, column_parts)
+        except ValueError as e:
+            raise app.UsageError(f"--column_parts={column_parts}: {e}") from None
     model_name = model_name or model.name
     logging.info("exporting in %s (the run computed in %s)", precision,
                  model.encoder.policy.compute_dtype)  # fmt: skip
     model = model.with_precision(precision, for_inference=True)  # the hub layout's encoder too
     path = model.export(os.path.join(export_dir, model_name), version=version,
-                        precision=precision)  # fmt: skip
+                        precision=precision, column_parts=column_parts)  # fmt: skip
     logging.info("exported %s", path)
     if hub:
         sequence_length = model.preprocessor.sequence_length
@@ -78,7 +87,8 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     path = export_run(FLAGS.run_dir, FLAGS.export_dir, FLAGS.model_name, FLAGS.version,
-                      FLAGS.hub_layout, FLAGS.serving_max_windows, FLAGS.precision)  # fmt: skip
+                      FLAGS.hub_layout, FLAGS.serving_max_windows, FLAGS.precision,
+                      FLAGS.column_parts)  # fmt: skip
     print(path)
 
 

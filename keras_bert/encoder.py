@@ -121,6 +121,14 @@ class BertEncoder(keras.Model):
         self.transformer_layers = blocks
         self.pooler = pooler
 
+    def split_columns(self, count):
+        """For serving: each block computes in `count` column parts, on frozen copies of its
+        weights (layers.BertTransformerBlock.split_columns). Task models' `export` does this
+        on a copy; a split encoder refuses to train."""
+        layers.check_column_parts(self.config, count)
+        for block in self.transformer_layers:
+            block.split_columns(count)
+
     @classmethod
     def from_config(cls, config):
         return cls(**config)

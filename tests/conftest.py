@@ -74,9 +74,9 @@ def tiny_checkpoint(tmp_path_factory, minilm_dir):
 
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(7)
-    encoder = keras_bert.BertEncoder(
-        **{**TINY, "vocab_size": 30522, "max_position_embeddings": 128}
-    )
+    # Heads and intermediate size even (TINY's are odd): exports split it in 2 column parts.
+    encoder = keras_bert.BertEncoder(**{**TINY, "vocab_size": 30522, "max_position_embeddings": 128,
+                                        "num_attention_heads": 2, "intermediate_size": 38})
     folder = str(tmp_path_factory.mktemp("tiny_checkpoint"))
     vocab = os.path.join(minilm_dir, "vocab.txt")
     checkpoints.save_checkpoint(checkpoints.BertCheckpoint(encoder, vocab, True), folder)

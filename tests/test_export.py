@@ -134,6 +134,20 @@ def test_versions_increase(sst2_run, tmp_path):
         export.export_run(sst2_run, str(tmp_path), "m", version=2)
 
 
+def test_column_parts_flag_is_checked_against_the_model_before_exporting(sst2_run, tmp_path):
+    from absl import app
+
+    # The tiny run's encoder has 2 heads, 12 hidden and 38 intermediate units.
+    with pytest.raises(app.UsageError, match=r"^--column_parts=3: 2 attention heads cannot be "
+                                             r"shared equally by 3 column parts"):  # fmt: skip
+        export.export_run(sst2_run, str(tmp_path), "m", column_parts=3)
+    with pytest.raises(app.UsageError, match="at least 1"):
+        export.export_run(sst2_run, str(tmp_path), "m", column_parts=0)
+    assert not os.path.exists(tmp_path / "m")
+    path = export.export_run(sst2_run, str(tmp_path), "m", column_parts=1)
+    assert (12, 38) in {tuple(v.shape) for v in tf.saved_model.load(path).model_weights}
+
+
 def test_op_check_refuses_ops_tf_serving_lacks(tmp_path):
     """RoundRobinTrim is the op TF Serving 2.12's bundled tensorflow-text lacks."""
     trimmer = tf_text.RoundRobinTrimmer(max_seq_length=4)

@@ -425,3 +425,39 @@ def test_span_and_token_heads_score_every_position():
     expected = sequence @ span.dense.kernel.numpy() + span.dense.bias.numpy()
     np.testing.assert_allclose(logits["end_logits"], expected[..., 1], atol=1e-6)
     assert TokenClassifierHead(9)(sequence).shape == (2, 7, 9)
+
+
+@pytest.mark.parametrize("parts", [3, 4])
+def test_blocks_split_in_column_parts_compute_the_same_numbers(attention_kernels, parts):
+    # 12 heads of 2, intermediate 24: 3 or 4 parts of each product, heads in 3 or 4 groups.
+    encoder = BertEncoder(vocab_size=99, hidden_size=24, num_hidden_layers=2,
+                          num_attention_heads=12, intermediate_size=48, max_position_embeddings=64)  # fmt: skip
+    x = random_inputs(lengths=[7, 3, 5])
+    names = ("sequence_output", "pooled_output", "pooled_output_only")
+    whole = {n: encoder(x)[n].numpy() for n in names}
+    encoder.split_columns(parts)
+    block = encoder.transformer_layers[0]
+    kernels = block._column_parts["intermediate"].kernels
+    assert [k.shape for k in kernels] == [(24, 48 // parts)] * parts
+    assert block.attention._column_parts["query"].kernels[0].shape == (24, 24 // parts)
+    split = {n: encoder(x)[n].numpy() for n in names}
+    for n in names:
+        np.testing.assert_allclose(split[n], whole[n], atol=1e-6, err_msg=n)
+    # The parts are copies: training would change the weights and serve the copies stale.
+    with pytest.raises(ValueError, match="column parts, frozen copies"):
+        encoder(x, training=True)
+    encoder.split_columns(1)
+    assert block._column_parts is None and block.attention._column_parts is None
+    encoder(x, training=True)
+
+
+@pytest.mark.parametrize("count, message", [(0, "at least 1"), (True, "whole number"),
+                                            (5, "12 attention heads"), (4, "42 intermediate units")])  # fmt: skip
+def test_column_parts_must_share_heads_and_units_equally(count, message):
+    encoder = BertEncoder(vocab_size=99, hidden_size=24, num_hidden_layers=1,
+                          num_attention_heads=12, intermediate_size=42, max_position_embeddings=64)  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        encoder.split_columns(count)
+    block = encoder.transformer_layers[0]  # left whole
+    assert getattr(block, "_column_parts", None) is None
+    assert getattr(block.attention, "_column_parts", None) is None

@@ -273,6 +273,20 @@ def test_export_serves_strings_with_inference_weights_only(classifier, tmp_path)
     expected = tf.nn.softmax(classifier.predict(SENTENCES, verbose=0)).numpy()
     np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
     assert served["label"] == [["neg", "pos"][i] for i in expected.argmax(-1)]
+    # The export computes its blocks in 2 column parts, whose weights it stores instead of the
+    # whole ones; the same numbers as one part. The model itself stays whole and trainable.
+    whole = classifier.export(str(tmp_path / "sst2"), column_parts=1)
+    shapes = {name: {tuple(v.shape) for v in tf.saved_model.load(p).model_weights}
+              for name, p in (("parts", path), ("whole", whole))}  # fmt: skip
+    assert (12, 19) in shapes["parts"] and (12, 38) not in shapes["parts"]
+    assert (12, 38) in shapes["whole"] and (12, 19) not in shapes["whole"]
+    texts = tf.constant(SENTENCES)
+    np.testing.assert_allclose(
+        *(tf.saved_model.load(p).signatures["serving_default"](sentence=texts)["probabilities"]
+          for p in (path, whole)), atol=1e-6)  # fmt: skip
+    assert all(getattr(b, "_column_parts", None) is None
+               for b in classifier.encoder.transformer_layers)  # fmt: skip
+    classifier.fit(SENTENCES, LABELS, batch_size=8, epochs=1, verbose=0)
 
 
 def test_multiple_choice_learns_and_reloads(tiny_checkpoint, tmp_path):
