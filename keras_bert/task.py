@@ -424,12 +424,14 @@ class BertTask(keras.Model):
         if kwargs:
             raise ValueError(f"unexpected arguments {sorted(kwargs)}; keras_bert task models "
                              "export TF Serving SavedModels only")  # fmt: skip
-        inference = self.with_precision(precision, for_inference=True)
-        if inference is self:  # the split is made on a copy: this model stays trainable
-            inference = self._copy(self.encoder.policy.name)
         if column_parts is None:
             column_parts = layers.serving_column_parts(self.encoder.config)
-        inference.encoder.split_columns(column_parts)
+        layers.check_column_parts(self.encoder.config, column_parts)
+        inference = self.with_precision(precision, for_inference=True)
+        if column_parts > 1:
+            if inference is self:  # split a copy: this model stays whole and trainable
+                inference = self._copy(self.encoder.policy.name)
+            inference.encoder.split_columns(column_parts)
         return serving.export(inference, filepath, version)
 
     def with_precision(self, precision, for_inference=False):
