@@ -136,9 +136,7 @@ class DenseColumns(tf.Module):
 
     def __init__(self, dense, count):
         super().__init__(name=f"{dense.name}_columns")
-        if dense.units % count:
-            raise ValueError(f"{dense.name} has {dense.units} units, which {count} parts "
-                             "cannot share equally")  # fmt: skip
+        _check_shares(count, [(f"units of {dense.name}", dense.units)])
         width = dense.units // count
         kernel, bias = tf.convert_to_tensor(dense.kernel), tf.convert_to_tensor(dense.bias)
         self.kernels = [tf.Variable(kernel[:, i * width : (i + 1) * width], trainable=False)
@@ -183,9 +181,21 @@ def _column_parts(layer, training):
     return parts
 
 
-def _check_count(count):
+def _check_shares(count, sizes):
+    """Raises ValueError unless `count` is a whole number of column parts, at least 1, that
+    divides each of `sizes`, [(what, size)]."""
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ValueError(f"column parts must be a whole number of at least 1, got {count!r}")
+    for what, size in sizes:
+        if size % count:
+            raise ValueError(f"{size} {what} cannot be shared equally by {count} column parts; "
+                             "use a count that divides them (1: each product whole)")
+
+
+def _config_sizes(config):
+    """What a BertConfig's column parts must share equally."""
+    return [("attention heads", config.num_attention_heads), ("hidden units", config.hidden_size),
+            ("intermediate units", config.intermediate_size)]  # fmt: skip
 
 
 # An exported model's blocks compute in this many column parts (BertTransformerBlock.split_columns),
@@ -195,20 +205,14 @@ SERVING_COLUMN_PARTS = 2
 
 def check_column_parts(config, count):
     """Raises ValueError unless `count` column parts share a BertConfig's heads and sizes."""
-    _check_count(count)
-    for what, size in (("attention heads", config.num_attention_heads),
-                       ("hidden units", config.hidden_size),
-                       ("intermediate units", config.intermediate_size)):  # fmt: skip
-        if size % count:
-            raise ValueError(f"{size} {what} cannot be shared equally by {count} column parts; "
-                             "use a count that divides them (1: each product whole)")
+    _check_shares(count, _config_sizes(config))
 
 
 def serving_column_parts(config):
     """SERVING_COLUMN_PARTS for a BertConfig whose heads, hidden and intermediate sizes it
     divides, else 1 (each product whole)."""
-    sizes = (config.num_attention_heads, config.hidden_size, config.intermediate_size)
-    return SERVING_COLUMN_PARTS if all(n % SERVING_COLUMN_PARTS == 0 for n in sizes) else 1
+    shared = all(size % SERVING_COLUMN_PARTS == 0 for _, size in _config_sizes(config))
+    return SERVING_COLUMN_PARTS if shared else 1
 
 
 def layer_norm(name):
@@ -503,10 +507,7 @@ class BertSelfAttention(keras.layers.Layer):
         self._column_parts = self._split(count)
 
     def _split(self, count):
-        _check_count(count)
-        if self.num_attention_heads % count:
-            raise ValueError(f"{self.num_attention_heads} attention heads cannot be shared "
-                             f"equally by {count} column parts")  # fmt: skip
+        _check_shares(count, [("attention heads", self.num_attention_heads)])
         if count == 1:
             return None
         return ColumnParts(count, query=self.query, key=self.key, value=self.value,
