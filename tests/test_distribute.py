@@ -106,3 +106,27 @@ def test_killed_run_resumes_from_its_backup(tmp_path, tiny_checkpoint):
     history = json.loads((tmp_path / "metrics.json").read_text())
     assert [h["epoch"] for h in history] == list(range(1, 13))
     assert history[: len(done)] == done  # what the killed run wrote is kept
+
+
+def cpu_info(tmp_path, vendor, flags):
+    """A /proc/cpuinfo of two cores, each listing `flags`."""
+    core = f"processor\t: {{}}\nvendor_id\t: {vendor}\nmodel name\t: A CPU\nflags\t\t: {flags}\n"
+    path = tmp_path / f"cpuinfo-{vendor}-{len(flags)}"
+    path.write_text("\n".join(core.format(n) for n in range(2)))
+    return str(path)
+
+
+@pytest.mark.parametrize("vendor, flags, fast", [
+    ("GenuineIntel", "fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8", True),
+    ("AuthenticAMD", "fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni", True),
+    ("GenuineIntel", "fpu sse2 avx2 avx512f avx512_bf16 avx512_fp16", False),  # no AMX
+    ("AuthenticAMD", "fpu sse2 avx avx2 fma f16c", False),  # AVX2 alone
+    ("GenuineIntel", "fpu sse2 avx avx2", False),
+])  # fmt: skip
+def test_bfloat16_counts_as_fast_only_on_cpus_measured_faster(tmp_path, vendor, flags, fast):
+    from keras_bert import distribute
+
+    answer, why = distribute.cpu_bfloat16_is_fast(cpu_info(tmp_path, vendor, flags))
+    assert answer is fast and why.startswith("the CPU ")
+    missing, why = distribute.cpu_bfloat16_is_fast(str(tmp_path / "absent"))
+    assert missing is False and "unreadable" in why

@@ -177,7 +177,7 @@ def test_minilm_learns_sst2(tmp_path, minilm_dir, flags_parsed):
     flags_parsed.max_train_examples = 1500
     flags_parsed.max_eval_examples = 400
     flags_parsed.learning_rate = 1e-4
-    flags_parsed.mixed_precision = "bfloat16"
+    flags_parsed.mixed_precision = "auto"  # bfloat16 where it is the faster one
     flags_parsed.bucket_by_length = True
     results = glue.run(glue.get_task("SST-2"))
     assert results["dev"]["accuracy"] > 0.75  # chance is 0.5
@@ -243,3 +243,34 @@ def test_mnli_writes_matched_mismatched_and_diagnostic_predictions(tmp_path, tin
         lines = (tmp_path / "run" / f"{name}.tsv").read_text().splitlines()
         assert lines[0] == "index\tprediction" and len(lines) == count + 1
         assert all(line.split("\t")[1] in glue.get_task("MNLI").labels for line in lines[1:])
+
+
+def test_auto_precision_is_resolved_recorded_and_kept_on_resume(tmp_path, tiny_checkpoint,
+                                                               flags_parsed, monkeypatch):
+    """--mixed_precision=auto trains in bfloat16 on a CPU with AMX and records that, so that
+    the same run met again where auto means float32 is refused, not silently mixed."""
+    from absl import app
+
+    from keras_bert import distribute
+
+    amx = tmp_path / "amx"
+    amx.write_text("vendor_id\t: GenuineIntel\nflags\t\t: avx2 avx512_bf16 amx_bf16 amx_tile\n")
+    avx2 = tmp_path / "avx2"
+    avx2.write_text("vendor_id\t: AuthenticAMD\nflags\t\t: avx avx2 fma\n")
+    flags_parsed.data_dir = os.path.join(GLUE, "RTE")
+    flags_parsed.output_dir = str(tmp_path / "run")
+    flags_parsed.init_checkpoint = tiny_checkpoint
+    flags_parsed.num_train_epochs = 1
+    flags_parsed.mixed_precision = "auto"
+    monkeypatch.setattr(distribute, "CPU_INFO", str(amx))
+    glue.run(glue.get_task("RTE"))
+    settings = json.loads((tmp_path / "run" / "settings.json").read_text())
+    assert settings["mixed_precision"] == "bfloat16"
+    import keras
+
+    model = keras.saving.load_model(str(tmp_path / "run" / "model.keras"))
+    assert model.encoder.dtype_policy.name == "mixed_bfloat16"
+    flags_parsed.mixed_precision = "auto"
+    monkeypatch.setattr(distribute, "CPU_INFO", str(avx2))
+    with pytest.raises(app.UsageError, match="--mixed_precision=bfloat16 there, none now"):
+        glue.run(glue.get_task("RTE"))
