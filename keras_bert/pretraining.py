@@ -73,7 +73,10 @@ def mask_tokens(ids, starts_word, special, rng, masked_lm_prob, max_predictions,
         if roll < 0.8:
             corrupted[position] = special.mask
         elif roll < 0.9:
-            corrupted[position] = int(rng.choice(special.replacement_ids))
+            # Indexing draws what rng.choice(ids) draws (the same stream), without converting
+            # the 30,000-id tuple to an array each time: 1.2 ms a token before.
+            replacements = special.replacement_ids
+            corrupted[position] = int(replacements[rng.integers(len(replacements))])
         # else: keep the original token
     return corrupted, chosen, [ids[p] for p in chosen]
 
