@@ -2,11 +2,12 @@
 mistake must end with exit code 1 and one `error:` line that names the file and line or the flag
 and says what is wrong, never with a Python traceback.
 
-The binaries start in their own processes, two at a time (each spends most of its few seconds
-importing TensorFlow), when the first case asks for the results.
+The binaries run when the first case asks for the results, two at a time, each in a process of
+its own forked from one that has imported TensorFlow (tests/forked_binaries.py): a binary spends
+most of a bad input's few seconds importing it.
 """
 
-import concurrent.futures
+import json
 import os
 import re
 import shutil
@@ -32,7 +33,7 @@ def read_cases():
 CASES = read_cases()
 
 
-def run_case(module, args, scratch):
+def prepare(args, scratch):
     os.makedirs(scratch)
 
     def fill(arg):
@@ -44,17 +45,20 @@ def run_case(module, args, scratch):
         arg = re.sub(r"\{copy:([^}]+)\}", copy, arg)
         return arg.replace("{bad}", BAD).replace("{out}", os.path.join(scratch, "out"))
 
-    return subprocess.run([sys.executable, "-m", module, *map(fill, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return [fill(arg) for arg in args]
 
 
 @pytest.fixture(scope="session")
 def results(tmp_path_factory):
     scratch = tmp_path_factory.mktemp("bad_inputs")
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {case_id: pool.submit(run_case, module, args, str(scratch / case_id))
-                   for case_id, module, args, _ in CASES}  # fmt: skip
-        return {case_id: future.result() for case_id, future in futures.items()}
+    requests = [{"module": module, "args": prepare(args, str(scratch / case_id)), "timeout": 300}
+                for case_id, module, args, _ in CASES]  # fmt: skip
+    runner = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "forked_binaries.py")],
+                            input=json.dumps(requests), cwd=ROOT, capture_output=True, text=True,
+                            timeout=1800)  # fmt: skip
+    assert runner.returncode == 0, runner.stderr[-3000:]
+    return {case[0]: subprocess.CompletedProcess(case[1], **result)
+            for case, result in zip(CASES, json.loads(runner.stdout))}  # fmt: skip
 
 
 def test_the_corpus_is_well_formed():
