@@ -106,7 +106,7 @@ def test_training_batches_run_without_tf_data_autotuning(pretraining_data, flags
 
 @pytest.mark.slow
 def test_killed_pretraining_resumes(tmp_path, pretraining_data, minilm_dir):
-    command = pretrain_command(pretraining_data, minilm_dir, tmp_path, "--num_train_steps=200",
+    command = pretrain_command(pretraining_data, minilm_dir, tmp_path, "--num_train_steps=60",
                                "--save_checkpoints_steps=10")  # fmt: skip
     first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     backup = tmp_path / "backup" / "latest.weights.h5"
@@ -117,9 +117,9 @@ def test_killed_pretraining_resumes(tmp_path, pretraining_data, minilm_dir):
     first.wait()
     assert first.returncode == -signal.SIGKILL
     result = run(command)
-    resumed = re.search(r"resuming from the backup at step (\d+) of 200\n", result.stderr)
+    resumed = re.search(r"resuming from the backup at step (\d+) of 60\n", result.stderr)
     assert resumed and int(resumed.group(1)) >= 10  # from its backup, not from the first step
-    assert re.findall(r"training steps \d+ to (\d+)\n", result.stderr)[-1] == "200"
+    assert re.findall(r"training steps \d+ to (\d+)\n", result.stderr)[-1] == "60"
 
 
 @pytest.mark.slow
