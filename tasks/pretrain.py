@@ -122,8 +122,7 @@ def streaming_dataset(tokenizer):
 
 
 def training_dataset(examples):
-    # Without tf.data's autotuning thread: with it, each `fit` call ended 40 to 55 s after its
-    # last step here (2 AVX2 cores), destroying the iterator waiting out that thread's sleep.
+    # Without tf.data's autotuning thread, whose sleep delayed the end of every fit call.
     examples = without_autotuning(examples.shuffle(10_000, seed=FLAGS.seed))
     batches = examples.batch(FLAGS.train_batch_size, drop_remainder=True)
     return batches.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
