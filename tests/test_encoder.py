@@ -11,6 +11,8 @@ from keras_bert import BertConfig, BertEncoder
 
 from conftest import TINY, random_inputs
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 def test_outputs_follow_the_tf_hub_interface(tiny_encoder):
     outputs = tiny_encoder(random_inputs())
@@ -187,3 +189,31 @@ def test_import_selects_the_tensorflow_backend():
                              "print(keras.config.backend())"], capture_output=True, text=True,
                             env=env, timeout=300)  # fmt: skip
     assert result.stdout.strip() == "tensorflow", result.stderr
+
+
+ONEDNN_ON = ("from tensorflow.python.util import _pywrap_util_port\n"
+             "print(_pywrap_util_port.IsMklEnabled())")  # fmt: skip
+
+
+@pytest.mark.parametrize("setting, first, expected", [
+    (None, "import keras_bert", "True"),  # turned on, on every x86 CPU
+    ("0", "import keras_bert", "False"),  # the user's setting is kept
+    ("0", "import tasks", "False"),
+    (None, "import tasks", "True"),  # the binaries' package, which loads TensorFlow itself
+])  # fmt: skip
+def test_import_turns_onednn_on_unless_the_environment_says(setting, first, expected):
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    if setting is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = setting
+    result = subprocess.run([sys.executable, "-c", f"{first}\n{ONEDNN_ON}"], cwd=ROOT,
+                            capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert result.stdout.strip() == expected, result.stderr[-2000:]
+
+
+def test_import_after_tensorflow_leaves_its_setting_alone():
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    code = ("import os, tensorflow\nimport keras_bert\n"
+            "print(os.environ.get('TF_ENABLE_ONEDNN_OPTS'))")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, timeout=300)  # fmt: skip
+    assert result.stdout.strip() == "None", result.stderr[-2000:]
