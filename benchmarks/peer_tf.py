@@ -266,6 +266,14 @@ def prepare_serving(opts):
     np.savez(os.path.join(folder, "head.npz"), kernel=kernel, bias=bias)
 
 
+def onednn_enabled():
+    """Whether TensorFlow runs oneDNN's kernels in this process (TF_ENABLE_ONEDNN_OPTS, or the
+    CPU's default)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 def main():
     opts = peer_worker.options()
     if opts.get("threads"):  # before the first op starts TensorFlow's runtime
@@ -277,7 +285,8 @@ def main():
     jobs = make(opts)
     info = {"tensorflow": tf.__version__,
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
-            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
+            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+            "onednn": onednn_enabled()}
     if "keras_bert" in sys.modules:
         import keras
 

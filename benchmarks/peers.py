@@ -7,6 +7,7 @@
         [--onednn_frozen_weights]                   # ... as the README's TF Serving setting
         [--threads=1]                               # ... one thread an op, on both sides
         [--threads=1,0]                             # ... both settings in one run
+        [--onednn=0,1]                              # ... keras_bert, oneDNN off and on
     python -m benchmarks.peers --bench=encoder --onednn_frozen_weights
                                                     # ... also the forward a bf16 export serves
     python -m benchmarks.peers --bench=finetune     # fine-tuning MiniLM on SST-2, examples/s
@@ -62,6 +63,12 @@ flags.DEFINE_list("threads", [], "Threads each side computes an op with (TensorF
                   "intra-op threads, torch.set_num_threads), the same on both sides; 0 is each "
                   "framework's own default (one per core). A list (1,0) measures every setting "
                   "in one run. Default: 0 alone.")
+flags.DEFINE_list("onednn", [], "keras_bert side: run a worker with TF_ENABLE_ONEDNN_OPTS set "
+                  "to each value (0: TensorFlow's own kernels, 1: oneDNN's), in the same "
+                  "rounds, its jobs named X~onednn=N. Default: the environment's setting, and "
+                  "where it has none, keras_bert's (on) for the jobs that import it and "
+                  "TensorFlow's (on only with AVX512 VNNI, AVX512-BF16 or AMX) for serving, "
+                  "which imports TensorFlow alone as TF Serving does.")
 flags.DEFINE_bool("onednn_frozen_weights", False, "serving: run the keras_bert side with "
                   "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1, the TF Serving setting the README "
                   "recommends for bfloat16 exports (oneDNN keeps its reordered weights between "
@@ -83,6 +90,8 @@ class Worker:
         env.pop("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", None)  # only where asked: it stalls training
         if side == "keras_bert" and options.get("onednn_frozen_weights"):
             env["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
+        if side == "keras_bert" and options.get("onednn") is not None:
+            env["TF_ENABLE_ONEDNN_OPTS"] = options["onednn"]
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, json.dumps(options)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
@@ -117,7 +126,7 @@ def options():
             "steps": FLAGS.steps, "precisions": FLAGS.precisions, "export": export,
             "run_dir": FLAGS.run_dir, "checkpoint": FLAGS.checkpoint,
             "onednn_frozen_weights": FLAGS.onednn_frozen_weights,
-            "threads": thread_settings(),
+            "threads": thread_settings(), "onednn": onednn_settings(),
             "scratch": tempfile.mkdtemp(prefix="peers-")}  # fmt: skip
 
 
@@ -132,6 +141,13 @@ def thread_settings():
         raise app.UsageError(f"--threads={','.join(FLAGS.threads)}: give different numbers, "
                              "none negative (0: the framework's default)")  # fmt: skip
     return settings
+
+
+def onednn_settings():
+    """--onednn as a list of "0" / "1", or [None]: the environment's setting alone."""
+    if any(value not in ("0", "1") for value in FLAGS.onednn):
+        raise app.UsageError(f"--onednn={','.join(FLAGS.onednn)}: give 0, 1 or 0,1")
+    return sorted(set(FLAGS.onednn)) or [None]
 
 
 def prepare(opts):
@@ -168,10 +184,13 @@ def main(argv):
         suffix = f"~threads={threads}" if len(settings) > 1 else ""
         # serving: keras_bert's worker runs with the setting; encoder: a third worker does.
         frozen = opts["onednn_frozen_weights"]
-        variants = [(side, {"onednn_frozen_weights": frozen and opts["bench"] == "serving"},
-                     suffix) for side in SIDES]  # fmt: skip
+        variants = [("keras_bert", {"onednn_frozen_weights": frozen and opts["bench"] == "serving",
+                                    "onednn": onednn},
+                     suffix + (f"~onednn={onednn}" if onednn is not None else ""))
+                    for onednn in opts["onednn"]]  # fmt: skip
+        variants.append(("pytorch", {}, suffix))
         if frozen and opts["bench"] == "encoder":
-            variants.append(("keras_bert", {"onednn_frozen_weights": True},
+            variants.append(("keras_bert", {"onednn_frozen_weights": True, "onednn": None},
                              suffix + "~frozen_weights"))  # fmt: skip
         for side, changes, name in variants:  # one at a time: each set-up uses both cores
             logging.info("starting the %s side%s", side, name)

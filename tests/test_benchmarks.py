@@ -91,3 +91,16 @@ def test_the_serving_bench_also_serves_the_export_as_tf_serving_loads_it(tiny_ch
     assert report["items"] == len(report["latencies"]) == 64  # one sentence a call
     # The worker checked that both loadings label the dev sentences alike, and saved them.
     assert np.load(tmp_path / "keras_bert_labels.npy").shape == (872,)
+
+
+def test_onednn_variants_run_in_workers_with_that_setting():
+    # peers --onednn=0,1: each keras_bert worker's environment sets TF_ENABLE_ONEDNN_OPTS, and
+    # the worker reports what TensorFlow made of it.
+    from benchmarks.peers import Worker
+
+    options = {"bench": "products", "batch_size": 3, "precisions": ["float32"]}
+    for setting, enabled in (("0", False), ("1", True)):
+        worker = Worker("keras_bert", {**options, "onednn": setting}, f"~onednn={setting}")
+        worker.close()
+        assert worker.info["onednn"] is enabled
+        assert worker.jobs == [f"float32/products~onednn={setting}"]
