@@ -29,9 +29,10 @@ def _not_tensorflow_info(record):
 
 
 def _import_tensorflow_quietly():
-    if "tensorflow" not in sys.modules:  # as keras_bert._use_onednn does, before this import
-        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-    if "TF_CPP_MIN_LOG_LEVEL" in os.environ or "tensorflow" in sys.modules:
+    if "tensorflow" in sys.modules:
+        return
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as keras_bert._use_onednn does
+    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
         return
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # its Python INFO lines too,
