@@ -220,8 +220,9 @@ def products_jobs(opts):
 
 
 def finetune_jobs(opts):
-    """`fit` on SST-2 train sentences: in bfloat16, the README recipe (the quick start), and
-    as the variant finetune~float32, the faster one on a CPU whose bfloat16 products are slow."""
+    """`fit` on SST-2 train sentences, in each of --precisions: bfloat16, the README recipe (the
+    quick start), and as the variant finetune~float32, the faster one on a CPU whose bfloat16
+    products are slow."""
     import keras
 
     import keras_bert
@@ -244,7 +245,8 @@ def finetune_jobs(opts):
 
         return run
 
-    return {"finetune": job("mixed_bfloat16"), "finetune~float32": job("float32")}
+    jobs = {"bfloat16": ("finetune", "mixed_bfloat16"), "float32": ("finetune~float32", "float32")}
+    return {jobs[p][0]: job(jobs[p][1]) for p in opts["precisions"]}
 
 
 def prepare_serving(opts):

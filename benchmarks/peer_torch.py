@@ -140,7 +140,7 @@ def finetune_jobs(opts):
     batches = [(sentences[i : i + size], torch.tensor(labels[i : i + size]))
                for i in range(0, count, size)]  # fmt: skip
     jobs = {}
-    for precision in ("float32", "bfloat16"):
+    for precision in opts["precisions"]:
 
         def run(precision=precision):
             for texts, y in batches:  # dynamic padding: each batch to its longest sentence

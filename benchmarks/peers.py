@@ -50,8 +50,9 @@ flags.DEFINE_integer("batch_size", None, "Examples per call. Default: 8 for enco
 flags.DEFINE_integer("seq_length", 128, "encoder: tokens per sequence (no padding).")
 flags.DEFINE_integer("steps", 3, "encoder: steps per timed job; tokenizer: passes over "
                      "the 872 sentences per timed job; finetune: 10x this.")
-flags.DEFINE_list("precisions", ["float32", "bfloat16"], "encoder and products: precisions to "
-                  "measure.")
+flags.DEFINE_list("precisions", ["float32", "bfloat16"], "encoder, products and finetune: "
+                  "precisions to measure (bfloat16 fine-tuning is slow on a CPU without "
+                  "bfloat16 instructions: --precisions=float32 there).")
 flags.DEFINE_string("export", None, "serving: the SavedModel version folder of a MiniLM "
                     "SST-2 classifier. Default: the newest under exported/sst-2 (made by "
                     "python -m tasks.quickstart).")
@@ -118,6 +119,9 @@ def options():
     if FLAGS.onednn_frozen_weights and FLAGS.bench not in ("serving", "encoder"):
         raise app.UsageError(f"--onednn_frozen_weights: for --bench=serving or encoder, "
                              f"not {FLAGS.bench}")  # fmt: skip
+    if not FLAGS.precisions or set(FLAGS.precisions) - {"float32", "bfloat16"}:
+        raise app.UsageError(f"--precisions={','.join(FLAGS.precisions)}: give float32, "
+                             "bfloat16 or both")  # fmt: skip
     batch_size = FLAGS.batch_size or {"encoder": 8, "products": 25}.get(FLAGS.bench, 32)
     export = FLAGS.export
     if FLAGS.bench == "serving" and not export:

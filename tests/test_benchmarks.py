@@ -75,6 +75,14 @@ def test_the_products_bench_offers_each_precision():
     assert sorted(offered_jobs(options)) == ["bfloat16/products", "float32/products"]
 
 
+def test_the_finetune_bench_offers_only_the_precisions_asked_for(tiny_checkpoint):
+    # bfloat16 fine-tuning takes minutes a step on a CPU without bfloat16 instructions.
+    options = {"bench": "finetune", "batch_size": 2, "steps": 1, "checkpoint": tiny_checkpoint}
+    assert offered_jobs({**options, "precisions": ["float32"]}) == ["finetune~float32"]
+    assert sorted(offered_jobs({**options, "precisions": ["float32", "bfloat16"]})) == [
+        "finetune", "finetune~float32"]
+
+
 def test_the_serving_bench_also_serves_the_export_as_tf_serving_loads_it(tiny_checkpoint,
                                                                           tmp_path):  # fmt: skip
     import keras_bert
