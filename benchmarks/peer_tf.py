@@ -13,7 +13,13 @@ from benchmarks.peer_worker import (FINETUNE_STEPS_PER_STEP_FLAG, PRODUCTS_CALLS
 
 CHANNEL = peer_worker.protocol_channel()
 
-import numpy as np  # noqa: E402  (after the channel: nothing may print to the real stdout)
+# Nothing below may print to the real stdout: hence the imports after the channel.
+if peer_worker.options()["bench"] in ("encoder", "tokenizer", "finetune"):
+    # Before TensorFlow, as in a user's program: importing keras_bert turns oneDNN on unless
+    # the environment says otherwise (keras_bert/__init__.py), which TensorFlow reads as it loads.
+    import keras_bert  # noqa: E402,F401
+
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_text  # noqa: E402,F401  (registers the tokenizer's ops for a loaded export)
 

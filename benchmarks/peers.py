@@ -68,8 +68,8 @@ flags.DEFINE_list("onednn", [], "keras_bert side: run a worker with TF_ENABLE_ON
                   "to each value (0: TensorFlow's own kernels, 1: oneDNN's), in the same "
                   "rounds, its jobs named X~onednn=N. Default: the environment's setting, and "
                   "where it has none, keras_bert's (on) for the jobs that import it and "
-                  "TensorFlow's (on only with AVX512 VNNI, AVX512-BF16 or AMX) for serving, "
-                  "which imports TensorFlow alone as TF Serving does.")
+                  "TensorFlow's (on only with AVX512 VNNI, AVX512-BF16 or AMX) for serving "
+                  "and products, which import TensorFlow alone (serving: as TF Serving does).")
 flags.DEFINE_bool("onednn_frozen_weights", False, "serving: run the keras_bert side with "
                   "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1, the TF Serving setting the README "
                   "recommends for bfloat16 exports (oneDNN keeps its reordered weights between "

@@ -49,14 +49,18 @@ def test_jobs_both_sides_run_are_compared_across_settings_too():
     assert "ratio" not in results["bfloat16/matmul_ceiling~threads=0"]
 
 
-def offered_jobs(options, env=None):
-    """The jobs a keras_bert worker (benchmarks.peer_tf) offers for `options`: it announces
-    them on its first line, then exits at the end of its (empty) input."""
+def worker_info(options, env=None):
+    """What a keras_bert worker (benchmarks.peer_tf) reports for `options`: it announces its
+    jobs and set-up on its first line, then exits at the end of its (empty) input."""
     worker = subprocess.run([sys.executable, "-m", "benchmarks.peer_tf", json.dumps(options)],
                             cwd=ROOT, input="", capture_output=True, text=True, env=env,
                             timeout=600)  # fmt: skip
     assert worker.returncode == 0, worker.stderr[-3000:]
-    return json.loads(worker.stdout.splitlines()[0])["jobs"]
+    return json.loads(worker.stdout.splitlines()[0])
+
+
+def offered_jobs(options, env=None):
+    return worker_info(options, env)["jobs"]
 
 
 def test_a_frozen_weights_worker_offers_nothing_that_trains():
@@ -81,6 +85,17 @@ def test_the_finetune_bench_offers_only_the_precisions_asked_for(tiny_checkpoint
     assert offered_jobs({**options, "precisions": ["float32"]}) == ["finetune~float32"]
     assert sorted(offered_jobs({**options, "precisions": ["float32", "bfloat16"]})) == [
         "finetune", "finetune~float32"]
+
+
+def test_a_worker_that_runs_keras_bert_runs_it_as_a_users_program_does(tiny_checkpoint):
+    # Importing keras_bert turns oneDNN on unless the environment says otherwise; the worker
+    # must import it before TensorFlow, or it times TensorFlow's own kernels on a CPU where
+    # TensorFlow leaves oneDNN off (AVX2 alone) while a user's program runs oneDNN's.
+    options = {"bench": "finetune", "batch_size": 2, "steps": 1, "checkpoint": tiny_checkpoint,
+               "precisions": ["float32"]}  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    assert worker_info(options, env)["onednn"] is True
+    assert worker_info(options, {**env, "TF_ENABLE_ONEDNN_OPTS": "0"})["onednn"] is False
 
 
 def test_the_serving_bench_also_serves_the_export_as_tf_serving_loads_it(tiny_checkpoint,
