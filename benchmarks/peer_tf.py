@@ -251,8 +251,8 @@ def finetune_jobs(opts):
 
         return run
 
-    jobs = {"bfloat16": ("finetune", "mixed_bfloat16"), "float32": ("finetune~float32", "float32")}
-    return {jobs[p][0]: job(jobs[p][1]) for p in opts["precisions"]}
+    return {"finetune" if precision == "bfloat16" else f"finetune~{precision}":
+            job(policy_name(precision)) for precision in opts["precisions"]}  # fmt: skip
 
 
 def prepare_serving(opts):
