@@ -2,7 +2,8 @@
 (and saves, vocabulary included), so `fit`, `predict` and an export all take strings.
 
 Each runs inside `tf.data` (what `fit` and `predict` do) and inside a saved `tf.function` (what
-an export does); batches are padded to their longest member.
+an export does); batches are padded to their longest member. Called from Python, each but the
+pre-training one runs as one traced graph (`BertPreprocessor.__call__`).
 """
 
 import keras
@@ -16,12 +17,26 @@ _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 def _texts(value, what):
     """A rank-1 tf.string tensor from a tensor, array or list of str; a one-line error else."""
     try:
-        tensor = tf.convert_to_tensor(value)
+        if isinstance(value, (list, tuple)) and all(isinstance(v, (str, bytes)) for v in value):
+            # What convert_to_tensor makes of it, without its search for tensors to stack
+            # (35 us for 32 texts instead of 73).
+            tensor = tf.constant(value)
+        else:
+            tensor = tf.convert_to_tensor(value)
     except (TypeError, ValueError):
         raise ValueError(f"{what} must be strings, got {type(value).__name__}") from None
     if tensor.dtype != tf.string:
         raise ValueError(f"{what} must be strings, got {tensor.dtype.name} values")
     return tensor
+
+
+def _symbolic(x):
+    """Whether x (or an element of a tuple, list or dict x) is a Keras symbolic tensor."""
+    if isinstance(x, dict):
+        x = list(x.values())
+    elif not isinstance(x, (tuple, list)):
+        x = [x]
+    return any(isinstance(v, keras.KerasTensor) for v in x)
 
 
 @_SERIALIZABLE
@@ -37,6 +52,8 @@ class BertPreprocessor(keras.layers.Layer):
     keyed by `text_names`; returns the encoder inputs, int32 (batch, seq).
     """
 
+    traced_when_eager = True  # see __call__
+
     def __init__(self, tokenizer, packer, num_segments=1, **kwargs):
         super().__init__(**kwargs)
         self._convert_input_args = False
@@ -47,6 +64,9 @@ class BertPreprocessor(keras.layers.Layer):
         self.packer = packer
         self.num_segments = num_segments
         self.built = True
+        # The graph eager calls run, kept where neither Keras nor tf.saved_model looks (both
+        # would save a function held as an attribute of the layer).
+        object.__setattr__(self, "_eager_graph", [])
 
     @classmethod
     def from_tokenizer(cls, tokenizer, sequence_length=128, **kwargs):
@@ -81,6 +101,26 @@ class BertPreprocessor(keras.layers.Layer):
                 raise ValueError(f"expected {self._expected()}, got a string tensor of shape "
                                  f"{t.shape}")  # fmt: skip
         return texts
+
+    def __call__(self, x, *args, **kwargs):
+        """Called eagerly on texts, the layer runs as one graph, traced on the first such call.
+        A batch of 32 SST-2 sentences (a Python list) took 10.7 to 11.4 ms op by op, and 1.15
+        to 1.18 ms through the graph (2-core AVX2 CPU). Inside `tf.data`, a `tf.function` or
+        a functional model, Keras calls the layer as usual."""
+        if (args or kwargs or not self.traced_when_eager or not tf.executing_eagerly()
+                or _symbolic(x)):  # fmt: skip
+            return super().__call__(x, *args, **kwargs)
+        texts = self.texts(x)
+        if not self._eager_graph:
+            specs = [tf.TensorSpec([None] * t.shape.rank, tf.string) for t in texts]
+            graph = tf.function(lambda *t: self.call(t[0] if len(t) == 1 else list(t)),
+                                autograph=False)  # fmt: skip
+            self._eager_graph.append(graph.get_concrete_function(*specs))
+        return self._eager_graph[0](*texts)
+
+    def texts(self, x):
+        """x's texts, checked, as a list of tf.string tensors: what `call` takes."""
+        return self.segments(x)
 
     def _expected(self):
         if self.num_segments == 1:
@@ -126,7 +166,8 @@ class BertMultipleChoicePreprocessor(BertPreprocessor):
     def _expected(self):
         return f"(contexts, endings): a list of strings and a list of {self.num_choices}-string lists"
 
-    def call(self, x):
+    def texts(self, x):
+        """[contexts (batch,), endings (batch, num_choices)], checked."""
         if isinstance(x, dict):
             x = [x.get(name) for name in self.text_names]
         if not isinstance(x, (tuple, list)) or len(x) != 2:
@@ -136,6 +177,10 @@ class BertMultipleChoicePreprocessor(BertPreprocessor):
                 endings.shape[1] not in (None, self.num_choices)):  # fmt: skip
             raise ValueError(f"expected {self._expected()}; got shapes {contexts.shape} and "
                              f"{endings.shape}")  # fmt: skip
+        return [contexts, endings]
+
+    def call(self, x):
+        contexts, endings = self.texts(x)
         packed = self.packer(self.tokenizer(tf.repeat(contexts, self.num_choices)),
                              self.tokenizer(tf.reshape(endings, [-1])))  # fmt: skip
         # (batch * choices, seq) -> (batch, choices, seq)

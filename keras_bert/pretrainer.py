@@ -39,6 +39,10 @@ class BertPretrainingPreprocessor(BertPreprocessor):
     there), int32 (batch, predictions), and `masked_lm_weights`, float32 (0 at padded slots).
     """
 
+    # Called eagerly, it runs op by op: a traced graph would keep drawing from its random ops'
+    # own state, and masking would no longer repeat after keras.utils.set_random_seed.
+    traced_when_eager = False
+
     def __init__(self, tokenizer, packer, masked_lm_prob=0.15, max_predictions=20, **kwargs):
         kwargs["num_segments"] = 2
         super().__init__(tokenizer, packer, **kwargs)

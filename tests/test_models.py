@@ -75,6 +75,60 @@ def test_preprocessing_is_traced_once_and_predict_runs_the_exports_graph(classif
     assert len(traces) == 2  # evaluate's tf.data map: one more graph, kept for the next call
 
 
+def test_preprocessors_called_from_python_run_one_traced_graph(tiny_checkpoint, monkeypatch,
+                                                                tmp_path):  # fmt: skip
+    from tensorflow.python.saved_model import loader_impl
+
+    from keras_bert.spans import SpanWindows
+    from keras_bert.tagging import WordTagger
+
+    tokenizer = keras_bert.BertTokenizer.from_checkpoint(tiny_checkpoint)
+    pairs = [SENTENCES[:3], SENTENCES[1:]]
+    choices = [SENTENCES[:2], [SENTENCES, SENTENCES[::-1]]]
+    cases = [  # (preprocessor, texts as a user passes them: lists, arrays, tensors, dicts)
+        (keras_bert.BertPreprocessor.from_tokenizer(tokenizer, 16),
+         [SENTENCES, np.array(SENTENCES[:2]), tf.constant(SENTENCES[1:])]),
+        (keras_bert.BertPreprocessor.from_tokenizer(tokenizer, 16, num_segments=2),
+         [pairs, tuple(tf.constant(t) for t in pairs),
+          {"sentence1": pairs[0][:1], "sentence2": pairs[1][:1]}]),
+        (keras_bert.BertMultipleChoicePreprocessor.from_tokenizer(tokenizer, 16, num_choices=4),
+         [choices, {"context": choices[0][:1], "endings": choices[1][:1]}]),
+        (WordTagger.from_tokenizer(tokenizer, 12, tags=["O", "B-X", "I-X"]), [SENTENCES]),
+        (SpanWindows.from_tokenizer(tokenizer, 24, max_query_length=6, doc_stride=6),
+         [[["what is it ?"], [" ".join(SENTENCES)]]]),
+    ]  # fmt: skip
+    for preprocessor, inputs in cases:
+        calls = []  # call's Python body: once per eager call op by op, once in all when traced
+        call = type(preprocessor).call
+        monkeypatch.setattr(preprocessor, "call", lambda x, c=call, p=preprocessor:
+                            calls.append(1) or c(p, x))  # fmt: skip
+        for x in inputs * 2:
+            traced, op_by_op = preprocessor(x), keras.layers.Layer.__call__(preprocessor, x)
+            assert traced.keys() == op_by_op.keys()
+            for key in traced:
+                np.testing.assert_array_equal(traced[key], op_by_op[key])
+        assert len(calls) == 1 + 2 * len(inputs), type(preprocessor).__name__
+        with pytest.raises(ValueError, match="must be strings"):
+            preprocessor([np.arange(2)] * 2 if preprocessor.num_segments == 2 else np.arange(2))
+
+    def saved_functions(layer, name):  # what tf.saved_model.save keeps of a layer
+        tf.saved_model.save(layer, str(tmp_path / name))
+        graph = loader_impl.parse_saved_model(str(tmp_path / name)).meta_graphs[0].graph_def
+        return len(graph.library.function)
+
+    fresh = keras_bert.BertPreprocessor.from_tokenizer(tokenizer, 16)
+    assert saved_functions(cases[0][0], "called") == saved_functions(fresh, "fresh")
+    # Masking stays op by op: it repeats after the same seed, as random ops run eagerly do.
+    masking = keras_bert.BertPretrainer.from_checkpoint(tiny_checkpoint, sequence_length=64)
+    texts = [[" ".join(SENTENCES)] * 4] * 2  # 4 pairs of 33 tokens: about 5 masked in each
+    masked = []
+    for seed in (3, 3, 4):
+        keras.utils.set_random_seed(seed)
+        masked.append(masking.preprocessor(texts)["input_word_ids"].numpy())
+    np.testing.assert_array_equal(masked[0], masked[1])
+    assert not np.array_equal(masked[0], masked[2])
+
+
 def test_predict_under_a_strategy_preprocesses_in_tf_data(classifier, tiny_checkpoint):
     with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
         placed = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=2,
