@@ -2,7 +2,8 @@
 
     pip install -e '.[bench]'                  # PyTorch, transformers, tokenizers
     python -m benchmarks.peers --bench=encoder      # BERT-base forward / training step, f32 and bf16
-    python -m benchmarks.peers --bench=tokenizer    # the tokenizer alone, SST-2 dev sentences
+    python -m benchmarks.peers --bench=tokenizer    # strings to packed ids: BertPreprocessor against
+                                                    # the Rust tokenizer, both on Python lists
     python -m benchmarks.peers --bench=serving      # strings in, labels out (needs an export)
         [--onednn_frozen_weights]                   # ... as the README's TF Serving setting
         [--threads=1]                               # ... one thread an op, on both sides

@@ -104,8 +104,8 @@ class BertPreprocessor(keras.layers.Layer):
 
     def __call__(self, x, *args, **kwargs):
         """Called eagerly on texts, the layer runs as one graph, traced on the first such call.
-        A batch of 32 SST-2 sentences (a Python list) took 10.7 to 11.4 ms op by op, and 1.15
-        to 1.18 ms through the graph (2-core AVX2 CPU). Inside `tf.data`, a `tf.function` or
+        A batch of 32 SST-2 sentences (a Python list) took 10.6 to 10.8 ms op by op, and 0.90
+        to 1.09 ms through the graph (2-core AVX2 CPU). Inside `tf.data`, a `tf.function` or
         a functional model, Keras calls the layer as usual."""
         if (args or kwargs or not self.traced_when_eager or not tf.executing_eagerly()
                 or _symbolic(x)):  # fmt: skip
