@@ -158,14 +158,56 @@ class DenseColumns(tf.Module):
         return tf.concat([part(x) for part in self], axis=-1)
 
 
-class ColumnParts(tf.Module):
-    """A layer's dense products, each split into `count` column blocks (DenseColumns), by
-    sublayer name: what `split_columns` gives a block or its attention."""
+class DenseRows(tf.Module):
+    """An activation-free Dense layer's weights as `count` blocks of their input rows: block i
+    multiplies the i-th column block of the layer's input, and the partial products' sum (the
+    first carrying the bias) is the layer's output, up to the rounding of that one sum. So the
+    parts of two products in a row (DenseColumns, then DenseRows) each keep to their own
+    columns, and join once, in the sum, where column blocks would join twice. The weights are
+    copies, frozen: for serving."""
 
-    def __init__(self, count, **denses):
+    def __init__(self, dense, count):
+        super().__init__(name=f"{dense.name}_rows")
+        inputs = dense.kernel.shape[0]
+        _check_shares(count, [(f"inputs of {dense.name}", inputs)])
+        height = inputs // count
+        kernel = tf.convert_to_tensor(dense.kernel)
+        self.kernels = [tf.Variable(kernel[i * height : (i + 1) * height], trainable=False)
+                        for i in range(count)]  # fmt: skip
+        self.bias = tf.Variable(tf.convert_to_tensor(dense.bias), trainable=False)
+        self._dtype = dense.compute_dtype
+
+    def __call__(self, blocks):
+        """The layer's output from the `count` column blocks of its input, in order."""
+        partials = [tf.matmul(ops.cast(x, self._dtype), kernel)
+                    for x, kernel in zip(blocks, self.kernels)]  # fmt: skip
+        partials[0] = tf.nn.bias_add(partials[0], self.bias)
+        return tf.add_n(partials)
+
+
+class ColumnParts(tf.Module):
+    """A layer's dense products, each split in `count` parts, by sublayer name: what
+    `split_columns` gives a block or its attention. Each is split into column blocks
+    (DenseColumns), except those named in `rows`, which take the column blocks of the product
+    before them (DenseRows), where they compute in float32. In bfloat16 or float16 each
+    partial product would be rounded to 8 or 11 bits before the sum; those keep column
+    blocks, and their numbers."""
+
+    def __init__(self, count, rows=(), **denses):
         super().__init__(name="column_parts")
         self.count = count
-        self.columns = {name: DenseColumns(dense, count) for name, dense in denses.items()}
+        self.columns = {
+            name: (DenseRows if name in rows and dense.compute_dtype == "float32"
+                   else DenseColumns)(dense, count)
+            for name, dense in denses.items()
+        }  # fmt: skip
+
+    def join(self, name, blocks):
+        """The output of the product named `name` from its input's column blocks."""
+        columns = self.columns[name]
+        if isinstance(columns, DenseRows):
+            return columns(blocks)
+        return columns(tf.concat(blocks, axis=-1))
 
     def __getitem__(self, name):
         return self.columns[name]
@@ -448,7 +490,7 @@ class BertSelfAttention(keras.layers.Layer):
         heads = self.num_attention_heads // parts.count
         contexts = [self._context(tokens, layout, projections, heads, training, first_only)
                     for projections in zip(*(parts[n] for n in ("query", "key", "value")))]
-        return parts["output_dense"](tf.concat(contexts, axis=-1))
+        return parts.join("output_dense", contexts)
 
     def _context(self, tokens, layout, projections, heads, training, first_only):
         """`heads` heads' attention, from (query, key, value) projections: (rows, heads *
@@ -499,11 +541,12 @@ class BertSelfAttention(keras.layers.Layer):
 
     def split_columns(self, count):
         """Serving: computes its heads in `count` groups, each from its own columns of the
-        query, key and value products, and its output product in `count` column blocks, all
-        on frozen copies of the weights (DenseColumns). The groups share no work until their
-        outputs are joined, so TensorFlow's inter-op threads run them side by side: a
-        sentence's products are too small for oneDNN to split over two threads at a gain.
-        The same numbers; 1 undoes it. Refused in training."""
+        query, key and value products, and (in float32) its output product as the sum of each
+        group's product with its own rows of the weights; all on frozen copies of the weights
+        (ColumnParts). The groups share no work until they are summed, so TensorFlow's
+        inter-op threads run them side by side: a sentence's products are too small for
+        oneDNN to split over two threads at a gain. The same numbers up to the rounding of
+        that sum; 1 undoes it. Refused in training."""
         self._column_parts = self._split(count)
 
     def _split(self, count):
@@ -511,7 +554,7 @@ class BertSelfAttention(keras.layers.Layer):
         if count == 1:
             return None
         return ColumnParts(count, query=self.query, key=self.key, value=self.value,
-                           output_dense=self.output_dense)  # fmt: skip
+                           output_dense=self.output_dense, rows=["output_dense"])  # fmt: skip
 
     def compute_output_shape(self, tokens_shape, layout_shape):
         return tokens_shape
@@ -615,19 +658,23 @@ class BertTransformerBlock(keras.layers.Layer):
         if parts is None:
             fed = self.output_dense(self.intermediate(tokens))
         else:
-            fed = parts["output_dense"](parts["intermediate"](tokens))
+            fed = parts.join("output_dense", [part(tokens) for part in parts["intermediate"]])
         fed = self.output_dropout(fed, training=training)
         return self.output_layer_norm(tokens + ops.cast(fed, tokens.dtype))
 
     def split_columns(self, count):
-        """Serving: attention in `count` groups of heads and every dense product in `count`
-        column blocks, on frozen copies of the weights (BertSelfAttention.split_columns): the
-        parts run side by side on TensorFlow's inter-op threads. The same numbers; refused in
-        training; 1 undoes it. Measured (README, Speed; 2 cores, one thread per op, the
-        bfloat16 export): a served sentence 1.25x as fast, a batch of 32 1.36x."""
+        """Serving: attention in `count` groups of heads (BertSelfAttention.split_columns), and
+        the feed-forward's first product in `count` column blocks, each followed by its own
+        rows of the second (in float32; in 16 bits, column blocks of the second too), on
+        frozen copies of the weights (ColumnParts): the parts run side by side on TensorFlow's
+        inter-op threads and join once a sublayer. The same numbers up to the rounding of
+        that join's sum; refused in training; 1 undoes it. Measured (README, Speed; 2 cores,
+        one thread per op, the bfloat16 export): a served sentence 1.25x as fast, a batch of
+        32 1.36x."""
         attention_parts = self.attention._split(count)  # all checked before any is kept
         parts = None if count == 1 else ColumnParts(
-            count, intermediate=self.intermediate, output_dense=self.output_dense)  # fmt: skip
+            count, intermediate=self.intermediate, output_dense=self.output_dense,
+            rows=["output_dense"])  # fmt: skip
         self.attention._column_parts = attention_parts
         self._column_parts = parts
 

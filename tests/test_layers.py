@@ -463,6 +463,12 @@ def test_blocks_split_in_column_parts_compute_the_same_numbers(attention_kernels
     kernels = block._column_parts["intermediate"].kernels
     assert [k.shape for k in kernels] == [(24, 48 // parts)] * parts
     assert block.attention._column_parts["query"].kernels[0].shape == (24, 24 // parts)
+    # Each sublayer's second product takes the first's column blocks, each with its own rows
+    # of the weights: the parts join once a sublayer, in a sum.
+    rows = {"feed-forward": block._column_parts["output_dense"].kernels,
+            "attention": block.attention._column_parts["output_dense"].kernels}  # fmt: skip
+    assert [k.shape for k in rows["feed-forward"]] == [(48 // parts, 24)] * parts
+    assert [k.shape for k in rows["attention"]] == [(24 // parts, 24)] * parts
     split = {n: encoder(x)[n].numpy() for n in names}
     for n in names:
         np.testing.assert_allclose(split[n], whole[n], atol=1e-6, err_msg=n)
@@ -472,6 +478,20 @@ def test_blocks_split_in_column_parts_compute_the_same_numbers(attention_kernels
     encoder.split_columns(1)
     assert block._column_parts is None and block.attention._column_parts is None
     encoder(x, training=True)
+
+
+def test_16_bit_blocks_join_column_blocks_not_sums():
+    # A partial product rounded to bfloat16's 8 bits, then summed, would round twice: in 16
+    # bits every product keeps whole columns, and each column is the unsplit one's, bit for bit.
+    encoder = BertEncoder(vocab_size=99, hidden_size=24, num_hidden_layers=2, num_attention_heads=4,
+                          intermediate_size=48, max_position_embeddings=64, dtype="bfloat16")  # fmt: skip
+    x = random_inputs(lengths=[7, 3, 5])
+    whole = encoder(x)["sequence_output"].numpy()
+    encoder.split_columns(2)
+    block = encoder.transformer_layers[0]
+    assert [k.shape for k in block._column_parts["output_dense"].kernels] == [(48, 12)] * 2
+    assert [k.shape for k in block.attention._column_parts["output_dense"].kernels] == [(24, 12)] * 2
+    np.testing.assert_array_equal(encoder(x)["sequence_output"].numpy(), whole)
 
 
 @pytest.mark.parametrize("count, message", [(0, "at least 1"), (True, "whole number"),
