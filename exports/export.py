@@ -42,8 +42,8 @@ flags.DEFINE_integer("serving_max_windows", None, "SQuAD runs: windows a served 
                      "end is not read and the answer's passage_cut says so.")
 flags.DEFINE_integer("column_parts", None, "The export's encoder blocks compute in this many "
                      "column parts, which TensorFlow's inter-op threads run side by side (the "
-                     "same numbers up to rounding; README, Speed). Default: 2 where the model's heads and sizes "
-                     "split in two, else 1; 1 keeps each product whole.")
+                     "same numbers up to rounding; README, Speed). Default: 2 where the model's "
+                     "heads and sizes split in two, else 1; 1 keeps each product whole.")
 
 def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, max_windows=None,
                precision="float32", column_parts=None):  # fmt: skip

@@ -419,9 +419,9 @@ class BertTask(keras.Model):
 
         `column_parts`: the export's encoder blocks compute in this many column parts, which
         TensorFlow's inter-op threads run side by side (`BertEncoder.split_columns`; the same
-        numbers up to rounding, the export's weights stored as the parts); 1 keeps each product whole. The
-        default: 2 where the heads and sizes split in two (every published BERT), else 1; on
-        2 cores it serves a sentence about 1.2 times as fast (README, Speed)."""
+        numbers up to rounding, the export's weights stored as the parts); 1 keeps each product
+        whole. The default: 2 where the heads and sizes split in two (every published BERT),
+        else 1; on 2 cores it serves a sentence about 1.2 times as fast (README, Speed)."""
         if kwargs:
             raise ValueError(f"unexpected arguments {sorted(kwargs)}; keras_bert task models "
                              "export TF Serving SavedModels only")  # fmt: skip

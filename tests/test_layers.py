@@ -483,14 +483,16 @@ def test_blocks_split_in_column_parts_compute_the_same_numbers(attention_kernels
 def test_16_bit_blocks_join_column_blocks_not_sums():
     # A partial product rounded to bfloat16's 8 bits, then summed, would round twice: in 16
     # bits every product keeps whole columns, and each column is the unsplit one's, bit for bit.
-    encoder = BertEncoder(vocab_size=99, hidden_size=24, num_hidden_layers=2, num_attention_heads=4,
-                          intermediate_size=48, max_position_embeddings=64, dtype="bfloat16")  # fmt: skip
+    encoder = BertEncoder(vocab_size=99, hidden_size=24, num_hidden_layers=2,
+                          num_attention_heads=4, intermediate_size=48,
+                          max_position_embeddings=64, dtype="bfloat16")  # fmt: skip
     x = random_inputs(lengths=[7, 3, 5])
     whole = encoder(x)["sequence_output"].numpy()
     encoder.split_columns(2)
     block = encoder.transformer_layers[0]
     assert [k.shape for k in block._column_parts["output_dense"].kernels] == [(48, 12)] * 2
-    assert [k.shape for k in block.attention._column_parts["output_dense"].kernels] == [(24, 12)] * 2
+    output_kernels = block.attention._column_parts["output_dense"].kernels
+    assert [k.shape for k in output_kernels] == [(24, 12)] * 2
     np.testing.assert_array_equal(encoder(x)["sequence_output"].numpy(), whole)
 
 
