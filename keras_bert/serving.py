@@ -55,11 +55,19 @@ def captured_variables(functions):
     second set of variables, which received the weights while the functions read variables
     left uninitialised ("Could not find variable layer_5/output_dense/kernel"); only
     `tf.saved_model.load`, which maps a function's captures by object, ran such an export.
+
+    The functions are traced here as `tf.saved_model.save` (with default options) traces them:
+    tf.function keys a trace by the save context's variable policy, so a trace made outside
+    one was made again while saving, a quarter of a small model's export. TensorFlow has no
+    public form of that context.
     """
+    from tensorflow.python.saved_model import save_context
+
     seen = {}
-    for function in functions:
-        for variable in function.get_concrete_function().variables:
-            seen.setdefault(id(variable), variable)
+    with save_context.save_context(tf.saved_model.SaveOptions()):
+        for function in functions:
+            for variable in function.get_concrete_function().variables:
+                seen.setdefault(id(variable), variable)
     return list(seen.values())
 
 
