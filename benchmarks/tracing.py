@@ -1,6 +1,6 @@
 """How long do the task models take to build their graphs? Printed as JSON.
 
-    python -m benchmarks.tracing [--checkpoint DIR --rounds 5]
+    python -m benchmarks.tracing [--checkpoint DIR --rounds 5] [--first_calls]
 
 Tracing is paid before the first batch of every `fit`, `evaluate` and `predict` call that builds
 a new graph, at every export, and in every process a binary starts; on a small model it is most
@@ -11,10 +11,18 @@ classifier) this times, in one process, alternating, medians of `--rounds`:
   predict:  a fresh tf.function of what `predict` runs traced for a batch of strings: the
             packed inputs for the classifier, the in-graph decoding (`answer`, `tag`) for the
             others. `ops` is that graph's op count.
+
+With --first_calls it times instead, for a fresh MiniLM classifier each round (built untimed):
+  first_fit:  its first `fit` call, 2 batches of 8 sentences: building the loss and metric
+              state, tracing and compiling the training step, then the two steps;
+  export:     its float32 export (`model.export`), the checks of serving.save_checked included.
+To compare two versions, run it in each checkout, alternating processes.
 """
 
 import json
 import statistics
+import tempfile
+import time
 
 import tensorflow as tf
 from absl import app, flags
@@ -26,6 +34,8 @@ from tasks import default_checkpoint
 FLAGS = flags.FLAGS
 flags.DEFINE_string("checkpoint", None, "Checkpoint folder. Default: MiniLM.")
 flags.DEFINE_integer("rounds", 5, "Alternating rounds.")
+flags.DEFINE_boolean("first_calls", False, "Time a fresh classifier's first fit call and its "
+                     "export instead of the graphs (see the module's docstring).")
 
 PASSAGE = "The cat sat on the mat near the river, and the dog slept in the old house by the hill."
 STRINGS = tf.TensorSpec([None], tf.string)
@@ -49,9 +59,34 @@ def cases(path):
     }  # fmt: skip
 
 
+def first_calls(path, rounds):
+    """{"first_fit": [seconds], "export": [seconds]}, one fresh classifier a round."""
+    sentences, labels = ["a gripping , moving film", "dull and far too long"] * 8, [1, 0] * 8
+    seconds = {"first_fit": [], "export": []}
+    for _ in range(rounds):
+        model = keras_bert.BertClassifier.from_checkpoint(path, num_classes=2, sequence_length=64)
+        model.compile()
+        start = time.perf_counter()
+        model.fit(sentences, labels, batch_size=8, verbose=0)
+        seconds["first_fit"].append(time.perf_counter() - start)
+        with tempfile.TemporaryDirectory() as folder:
+            start = time.perf_counter()
+            model.export(folder, precision="float32")
+            seconds["export"].append(time.perf_counter() - start)
+    return seconds
+
+
 def main(argv):
     del argv
     path = FLAGS.checkpoint or default_checkpoint()
+    if FLAGS.first_calls:
+        seconds = first_calls(path, FLAGS.rounds)
+        print(json.dumps({
+            "checkpoint": path, "rounds": FLAGS.rounds,
+            "median_seconds": {name: round(statistics.median(t), 2) for name, t in seconds.items()},
+            "seconds": {name: [round(v, 2) for v in t] for name, t in seconds.items()},
+        }, indent=2))  # fmt: skip
+        return
     models = cases(path)
     jobs = {}
     for name, (model, x, y, function, specs) in models.items():
