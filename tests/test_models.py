@@ -92,6 +92,7 @@ def test_fit_and_evaluate_trace_their_step_once(classifier, monkeypatch):
     assert set(history) == set(results) == {"loss", "accuracy"}  # the trackers built early report
     assert np.isfinite(history["loss"]).all() and np.isfinite(results["loss"])
 
+
 def test_preprocessors_called_from_python_run_one_traced_graph(tiny_checkpoint, monkeypatch,
                                                                 tmp_path):  # fmt: skip
     from tensorflow.python.saved_model import loader_impl
