@@ -273,12 +273,14 @@ class BertLayerNorm(keras.layers.LayerNormalization):
     per row), which oneDNN fuses with the scale and shift into a single LayerNorm op; Keras's
     own form runs as ten element-wise ops and reductions. (BatchNorm's Python wrapper raises
     epsilon to 1.001e-5; the op itself takes BERT's 1e-12.) Small inputs: oneDNN's op costs
-    about 100 microseconds a call however few the rows, so they run as plain ops. Measured on
-    (rows, 384), float32: 12 rows 15 us plain (Keras 18), fused 128; 1,000 rows fused 190 us,
-    Keras 470.
+    about 100 microseconds a call however few the rows, so in inference they run as plain ops.
+    Measured on (rows, 384), float32: 12 rows 15 us plain (Keras 18), fused 128; 1,000 rows
+    fused 190 us, Keras 470. Training always takes the fused op: the size is known only when
+    the graph runs, so the choice is a cond, and a training step would trace both forms and
+    both their gradients for batches that are large anyway.
     """
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
         if self.axis not in ([-1], [len(inputs.shape) - 1]) or self.rms_scaling:
             return super().call(inputs)
         x = tf.cast(inputs, "float32")
@@ -289,7 +291,8 @@ class BertLayerNorm(keras.layers.LayerNormalization):
         # a stateful op, which a tf.function always runs, with all it depends on, even when
         # nothing reads its result (encoder.py's pooled_output_only relies on the pruning).
         gamma, beta = tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta)
-        normalized = _cond(size > FUSED_LAYER_NORM, lambda: self._fused(rows, gamma, beta),
+        fused = True if training else size > FUSED_LAYER_NORM  # see the class docstring
+        normalized = _cond(fused, lambda: self._fused(rows, gamma, beta),
                            lambda: self._plain(rows, gamma, beta))  # fmt: skip
         return ops.cast(tf.reshape(normalized, shape), self.compute_dtype)
 
@@ -408,11 +411,12 @@ def swap_heads_and_positions(x):
     return swap(x), swap
 
 
-# Attention over at most this many (batch * seq * seq) scores per head runs on TensorFlow's own
-# kernels, above it on oneDNN's. oneDNN's batched products and softmax cost 30 to 60
-# microseconds a call however small the input: 125 per block for a 10-token sentence, against 9
-# for TensorFlow's. Its products win from about 2 x 40 x 40 (float32; bfloat16 from 1 x 64 x 64)
-# and run BERT-base batches 2 to 4 times as fast.
+# In inference, attention over at most this many (batch * seq * seq) scores per head runs on
+# TensorFlow's own kernels, above it on oneDNN's. oneDNN's batched products and softmax cost 30
+# to 60 microseconds a call however small the input: 125 per block for a 10-token sentence,
+# against 9 for TensorFlow's. Its products win from about 2 x 40 x 40 (float32; bfloat16 from
+# 1 x 64 x 64) and run BERT-base batches 2 to 4 times as fast. Training takes oneDNN's kernels
+# outright, as BertLayerNorm takes its fused op: no cond to trace twice, with its gradients.
 SMALL_ATTENTION = 1600
 
 
@@ -511,7 +515,8 @@ class BertSelfAttention(keras.layers.Layer):
         value = self._split_heads(value, batch, seq, heads)
         # Only where oneDNN would run them: not on GPUs, and not in float16 (TensorFlow's
         # BatchMatMulV3 has no float16 kernel on CPUs).
-        small = (self.compute_dtype != "float16" and not tf.config.list_logical_devices("GPU")
+        small = (not training and self.compute_dtype != "float16"
+                 and not tf.config.list_logical_devices("GPU")
                  and batch * queries * seq <= SMALL_ATTENTION)  # fmt: skip
 
         def attention_probs(matmul, softmax):

@@ -228,6 +228,33 @@ def test_layer_norm_matches_keras_in_values_and_gradients(fused, monkeypatch):
     np.testing.assert_allclose(inference, expected[0], rtol=1e-5, atol=1e-5)
 
 
+def test_a_training_step_traces_no_kernel_choice():
+    # Inference picks LayerNorm's form and attention's kernels by the input's size, in a cond,
+    # since the size is known only when the graph runs. A training step takes the large-input
+    # kernels outright: a cond there would trace both branches and both their gradients.
+    block = layers.BertTransformerBlock(12, 3, 37, "gelu", 0.0, 0.0, 0.02)
+    on_tokens(block, np.zeros((1, 3, 12), "float32"), np.ones((1, 3), "int32"))  # builds it
+    spec = [tf.TensorSpec([None, None, 12], tf.float32), tf.TensorSpec([None, None], tf.int32)]
+
+    def op_types(training):
+        @tf.function(input_signature=spec)
+        def step(x, mask):
+            layout = packing.TokenLayout()(mask)
+            with tf.GradientTape() as tape:
+                y = block(packing.pack(x, layout), layout, training=training)
+                loss = tf.reduce_sum(y * y)
+            return tape.gradient(loss, block.trainable_weights)
+
+        return [op.type for op in step.get_concrete_function().graph.get_operations()]
+
+    conds = {"If", "StatelessIf"}
+    # Not training: the two LayerNorms' conds and attention's two, and their four gradients.
+    assert sum(op in conds for op in op_types(False)) == 8
+    assert not conds & set(op_types(True))
+    # The fused LayerNorm (and its gradient) and the softmax oneDNN replaces.
+    assert {"FusedBatchNormV3", "FusedBatchNormGradV3", "Softmax"} <= set(op_types(True))
+
+
 def test_gelu_forms_differ_and_match_their_formulas():
     x = np.linspace(-4, 4, 81).astype("float32")
     exact = layers.activation("gelu")(x).numpy()
