@@ -19,6 +19,13 @@ from keras_bert.tf_serving import LoadedLikeTfServing, error_line
 
 SERVING_OPS = os.path.join(os.path.dirname(__file__), "serving_ops.txt")
 
+# How a task model's export is saved. It serves and is never differentiated, so the gradients of
+# the custom-gradient ops its functions run (the packing's, attention's transposes) are not
+# saved: `tf.saved_model.save` traced a gradient function for each, 7 of the 14 s the quick
+# start's export took to save. The TF Hub layout's encoder (exports/hub_layout.py), which a
+# user may fine-tune, keeps them (tf.saved_model.SaveOptions()).
+SERVING_ONLY = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+
 
 def text_specs(names):
     """One rank-1 string input per name: the only place signature inputs are spelled."""
@@ -43,10 +50,10 @@ class ServingModule(tf.Module):
             name: tf.function(function, input_signature=specs)
             for name, (function, specs) in model.serving_functions().items()
         }
-        self.model_weights = captured_variables(self.functions.values())
+        self.model_weights = captured_variables(self.functions.values(), SERVING_ONLY)
 
 
-def captured_variables(functions):
+def captured_variables(functions, options=None):
     """The tf.Variables that `functions` (tf.functions with input signatures) read, each once.
 
     A SavedModel must track these, not the Keras variables that wrap them: TF Serving (and any
@@ -56,15 +63,15 @@ def captured_variables(functions):
     left uninitialised ("Could not find variable layer_5/output_dense/kernel"); only
     `tf.saved_model.load`, which maps a function's captures by object, ran such an export.
 
-    The functions are traced here as `tf.saved_model.save` (with default options) traces them:
-    tf.function keys a trace by the save context's variable policy, so a trace made outside
-    one was made again while saving, a quarter of a small model's export. TensorFlow has no
-    public form of that context.
+    The functions are traced here as `tf.saved_model.save` with `options` (SaveOptions, default
+    ones when None) traces them: tf.function keys a trace by the save context's variable
+    policy, so a trace made outside one was made again while saving, a quarter of a small
+    model's export. TensorFlow has no public form of that context.
     """
     from tensorflow.python.saved_model import save_context
 
     seen = {}
-    with save_context.save_context(tf.saved_model.SaveOptions()):
+    with save_context.save_context(options or tf.saved_model.SaveOptions()):
         for function in functions:
             for variable in function.get_concrete_function().variables:
                 seen.setdefault(id(variable), variable)
@@ -75,7 +82,7 @@ def export(model, model_dir, version=None):
     """Writes `model` as `<model_dir>/<version>/` for TF Serving; returns that path."""
     module = ServingModule(model)
     return save_versioned(module, module.functions, model_dir, model.warmup_requests(),
-                          version)  # fmt: skip
+                          version, SERVING_ONLY)  # fmt: skip
 
 
 def graph_ops(saved_model_dir):
@@ -146,8 +153,9 @@ def next_version(model_dir):
     return max(versions, default=0) + 1
 
 
-def save_versioned(module, signatures, model_dir, warmup=None, version=None):
-    """Saves, checks ops, adds warmup requests, then renames into place. Returns the path."""
+def save_versioned(module, signatures, model_dir, warmup=None, version=None, options=None):
+    """Saves (with `options`, see save_checked), checks ops, adds warmup requests, then renames
+    into place. Returns the path."""
     model_name = os.path.basename(os.path.normpath(model_dir))
     version = version or next_version(model_dir)
     final = os.path.join(model_dir, str(version))
@@ -155,7 +163,7 @@ def save_versioned(module, signatures, model_dir, warmup=None, version=None):
         raise FileExistsError(f"{final} exists; pick another --version")
     tmp = os.path.join(model_dir, f".tmp-{version}-{int(time.time())}")
     try:
-        save_checked(module, tmp, signatures, text_requests(warmup or []))
+        save_checked(module, tmp, signatures, text_requests(warmup or []), options)
         if warmup:
             write_warmup_requests(tmp, model_name, warmup)
         os.rename(tmp, final)
@@ -164,9 +172,10 @@ def save_versioned(module, signatures, model_dir, warmup=None, version=None):
     return final
 
 
-def save_checked(module, path, signatures, requests):
-    """Saves `module` at `path` (a temporary name: the caller renames it into place) and checks
-    it as TF Serving would run it: its ops, then `requests` ({input name: array}) through it."""
-    tf.saved_model.save(module, path, signatures=signatures)
+def save_checked(module, path, signatures, requests, options=None):
+    """Saves `module` at `path` (a temporary name: the caller renames it into place) with
+    `options` (tf.saved_model.SaveOptions; None: the defaults) and checks it as TF Serving would
+    run it: its ops, then `requests` ({input name: array}) through it."""
+    tf.saved_model.save(module, path, signatures=signatures, options=options)
     check_serving_ops(path)
     check_serves_like_tf_serving(path, requests)

@@ -34,6 +34,17 @@ def sst2_run(tmp_path_factory, tiny_checkpoint):
 SENTENCES = ["a gripping film", "", "dull " * 500, b"invalid \xff utf-8"]
 
 
+def saved_gradients(saved_model_dir):
+    """How many custom gradients a SavedModel saved (what tf.saved_model.save traces for each
+    custom-gradient op its functions run, unless told not to)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    return len(proto.meta_graphs[0].graph_def.library.registered_gradients)
+
+
 def in_memory_probabilities(run_dir, sentences):
     logits = common.load_run(run_dir).predict(np.array(sentences, object), verbose=0)
     return tf.nn.softmax(logits).numpy()
@@ -43,6 +54,7 @@ def test_export_reloads_in_a_clean_process_with_the_same_outputs(sst2_run, tmp_p
     path = export.export_run(sst2_run, str(tmp_path / "exported"), "sst2")
     assert path == str(tmp_path / "exported" / "sst2" / "1")
     assert not [n for n in os.listdir(tmp_path / "exported" / "sst2") if n.startswith(".tmp")]
+    assert saved_gradients(path) == 0  # a task export serves; nothing differentiates it
     body = (
         f"out = f(sentence=tf.constant({SENTENCES!r}))\n"
         "print(json.dumps({'label': [l.decode() for l in out['label'].numpy()],"
@@ -169,6 +181,8 @@ def test_hub_layout_preprocessor_and_encoder(sst2_run, tmp_path):
     tokens = preprocess.tokenize(tf.constant(["hello world"]))
     pair = preprocess.bert_pack_inputs([tokens, tokens])
     assert pair["input_type_ids"].numpy()[0, :7].tolist() == [0, 0, 0, 0, 1, 1, 1]
+    # The encoder keeps its custom gradients, for a user who fine-tunes it.
+    assert saved_gradients(str(tmp_path / "sst2_encoder")) > 0
     outputs = encoder(inputs)
     expected = common.load_run(sst2_run).encoder(inputs)
     np.testing.assert_allclose(outputs["pooled_output"], expected["pooled_output"], atol=1e-5)
