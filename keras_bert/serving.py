@@ -85,15 +85,20 @@ def export(model, model_dir, version=None):
                           version, SERVING_ONLY)  # fmt: skip
 
 
-def graph_ops(saved_model_dir):
-    """Every op type in a SavedModel's graph and function library."""
+def saved_model_proto(saved_model_dir):
+    """A SavedModel's saved_model.pb, parsed (its meta graphs, graph and function library)."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()
     with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
         proto.ParseFromString(f.read())
+    return proto
+
+
+def graph_ops(saved_model_dir):
+    """Every op type in a SavedModel's graph and function library."""
     ops = set()
-    for meta_graph in proto.meta_graphs:
+    for meta_graph in saved_model_proto(saved_model_dir).meta_graphs:
         ops |= {node.op for node in meta_graph.graph_def.node}
         for function in meta_graph.graph_def.library.function:
             ops |= {node.op for node in function.node_def}

@@ -37,11 +37,7 @@ SENTENCES = ["a gripping film", "", "dull " * 500, b"invalid \xff utf-8"]
 def saved_gradients(saved_model_dir):
     """How many custom gradients a SavedModel saved (what tf.saved_model.save traces for each
     custom-gradient op its functions run, unless told not to)."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    proto = saved_model_pb2.SavedModel()
-    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
-        proto.ParseFromString(f.read())
+    proto = serving.saved_model_proto(saved_model_dir)
     return len(proto.meta_graphs[0].graph_def.library.registered_gradients)
 
 
