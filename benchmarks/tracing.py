@@ -13,9 +13,11 @@ classifier) this times, in one process, alternating, medians of `--rounds`:
             others. `ops` is that graph's op count.
 
 With --first_calls it times instead, for a fresh MiniLM classifier each round (built untimed):
-  first_fit:  its first `fit` call, 2 batches of 8 sentences: building the loss and metric
-              state, tracing and compiling the training step, then the two steps;
-  export:     its float32 export (`model.export`), the checks of serving.save_checked included.
+  first_fit:      its first `fit` call, 2 batches of 8 sentences: building the loss and
+                  metric state, tracing and compiling the training step, then the two steps;
+  first_predict:  then its first `predict` call, 10 sentences in batches of 4, 4 and 2;
+  export:         its float32 export (`model.export`), the checks of serving.save_checked
+                  included.
 To compare two versions, run it in each checkout, alternating processes.
 """
 
@@ -60,15 +62,19 @@ def cases(path):
 
 
 def first_calls(path, rounds):
-    """{"first_fit": [seconds], "export": [seconds]}, one fresh classifier a round."""
+    """{"first_fit": [seconds], "first_predict": [seconds], "export": [seconds]}, one fresh
+    classifier a round."""
     sentences, labels = ["a gripping , moving film", "dull and far too long"] * 8, [1, 0] * 8
-    seconds = {"first_fit": [], "export": []}
+    seconds = {"first_fit": [], "first_predict": [], "export": []}
     for _ in range(rounds):
         model = keras_bert.BertClassifier.from_checkpoint(path, num_classes=2, sequence_length=64)
         model.compile()
         start = time.perf_counter()
         model.fit(sentences, labels, batch_size=8, verbose=0)
         seconds["first_fit"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        model.predict(sentences[:10], batch_size=4, verbose=0)  # batches of 4, 4 and 2
+        seconds["first_predict"].append(time.perf_counter() - start)
         with tempfile.TemporaryDirectory() as folder:
             start = time.perf_counter()
             model.export(folder, precision="float32")
