@@ -47,6 +47,8 @@ class BertClassifier(BertTask):
       dropout: dropout before the dense layer (default: the encoder's hidden dropout).
     """
 
+    ENCODER_OUTPUTS = ("pooled_output_only",)
+
     def __init__(self, encoder, preprocessor, num_classes=2, labels=None, dropout=None,
                  **kwargs):  # fmt: skip
         num_classes = _count(num_classes, 1, "num_classes", " (1 for regression)")
@@ -137,6 +139,8 @@ class BertMultipleChoice(BertTask):
     Call `fit`/`predict` with x = (contexts, endings): a list of strings and a list of
     `num_choices`-string lists; y the index of the right ending.
     """
+
+    ENCODER_OUTPUTS = ("pooled_output_only",)
 
     def __init__(self, encoder, preprocessor, num_choices=4, dropout=None, **kwargs):
         num_choices = _count(num_choices, 2, "num_choices")

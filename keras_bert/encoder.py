@@ -30,6 +30,12 @@ class BertEncoder(keras.Model):
         that also takes sequence_output should read pooled_output, or the last block's keys
         and values are computed twice. In a `tf.function` (`fit`, `predict`, an export) only
         what the outputs read is computed.
+
+    `keep_outputs` (a list of those names; default all): the model's graph holds only these
+    outputs and what they need, as a task model's export builds its encoder. A Keras
+    functional model computes all its outputs when called, and in a SavedModel that a session
+    runs (TF Serving) Grappler then prunes the rest: on MiniLM's classifier export, constant
+    folding made about a hundred passes over the graph, 4.8 s of the first request.
     """
 
     def __init__(
@@ -46,6 +52,7 @@ class BertEncoder(keras.Model):
         type_vocab_size=2,
         initializer_range=0.02,
         dtype=None,
+        keep_outputs=None,
         **kwargs,
     ):
         # Blocks and pooler get the encoder's policy explicitly (recorded in get_config), so a
@@ -112,11 +119,18 @@ class BertEncoder(keras.Model):
             "encoder_outputs": encoder_outputs,
             "pooled_output_only": pooler(first_tokens),
         }
+        if keep_outputs is not None:
+            unknown = sorted(set(keep_outputs) - set(outputs))
+            if unknown or not keep_outputs:
+                raise ValueError(f"keep_outputs must name some of {sorted(outputs)}, got "
+                                 f"{list(keep_outputs)!r}")  # fmt: skip
+            outputs = {name: outputs[name] for name in keep_outputs}
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
 
         # === Config ===
         self.config = config
         self.policy = policy
+        self.keep_outputs = None if keep_outputs is None else tuple(keep_outputs)
         self.embeddings = embeddings
         self.transformer_layers = blocks
         self.pooler = pooler
@@ -134,5 +148,8 @@ class BertEncoder(keras.Model):
         return cls(**config)
 
     def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, "dtype": self.policy.name,
-                **self.config.to_dict()}  # fmt: skip
+        config = {"name": self.name, "trainable": self.trainable, "dtype": self.policy.name,
+                  **self.config.to_dict()}  # fmt: skip
+        if self.keep_outputs is not None:
+            config["keep_outputs"] = list(self.keep_outputs)
+        return config

@@ -36,6 +36,8 @@ class BertQuestionAnswerer(BertTask):
     character offsets [start, end) of the answer in its passage, start -1 for no answer.
     """
 
+    ENCODER_OUTPUTS = ("sequence_output",)
+
     trains_pooler = False
 
     def __init__(self, encoder, preprocessor, version_2_with_negative=False,

@@ -32,6 +32,8 @@ class BertTokenClassifier(BertTask):
     `fit` takes x, a list of sentences, and y, each sentence's word tags (lists of str).
     """
 
+    ENCODER_OUTPUTS = ("sequence_output",)
+
     trains_pooler = False
 
     def __init__(self, encoder, preprocessor, dropout=None, **kwargs):

@@ -125,6 +125,22 @@ def test_config_round_trip(tiny_encoder):
     assert clone.config == tiny_encoder.config == BertConfig(**TINY)
 
 
+def test_an_encoder_keeps_only_the_outputs_asked(tiny_encoder):
+    kept = BertEncoder.from_config({**tiny_encoder.get_config(),
+                                    "keep_outputs": ["pooled_output_only"]})  # fmt: skip
+    kept.set_weights(tiny_encoder.get_weights())
+    inputs = random_inputs(lengths=[7, 4, 2])
+    outputs = kept(inputs)
+    assert set(outputs) == {"pooled_output_only"}
+    np.testing.assert_array_equal(outputs["pooled_output_only"],
+                                  tiny_encoder(inputs)["pooled_output_only"])  # fmt: skip
+    assert BertEncoder.from_config(kept.get_config()).keep_outputs == ("pooled_output_only",)
+    assert "keep_outputs" not in tiny_encoder.get_config()  # a whole encoder's config as before
+    for bad in (["pooler_output"], []):
+        with pytest.raises(ValueError, match="keep_outputs must name some of"):
+            BertEncoder(**TINY, keep_outputs=bad)
+
+
 def test_dropout_only_in_training(tiny_encoder):
     inputs = random_inputs()
     a = tiny_encoder(inputs, training=False)["sequence_output"]
