@@ -206,10 +206,8 @@ class BertTask(keras.Model):
     # A task whose head reads only sequence_output (spans, tags) leaves the pooler out of
     # training: it gets no gradient, and Keras would warn of that at every fit.
     trains_pooler = True
-    # The encoder outputs the head reads (None: all). An export's copy of the model builds its
-    # encoder with only these: a Keras functional model computes every output when called,
-    # and a SavedModel run in a session (TF Serving) had Grappler's constant folding prune the
-    # others, about a hundred passes over the graph (4.8 s of MiniLM's first request).
+    # The encoder outputs the head reads (None: all): an export's copy of the model builds its
+    # encoder with only these (BertEncoder's keep_outputs says why).
     ENCODER_OUTPUTS = None
 
     @property
