@@ -6,14 +6,17 @@ temporary name, then renamed into `<export_dir>/<model_name>/<version>/`, the la
 watches; it ignores the temporary name.
 """
 
+import math
 import os
 import shutil
 import time
 
+import keras
 import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
+from keras_bert import layers
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.tf_serving import LoadedLikeTfServing, error_line
 
@@ -36,21 +39,54 @@ def token_id_specs(shape=(None, None)):
     return [tf.TensorSpec(shape, tf.int32, name=name) for name in INPUT_NAMES]
 
 
+# What a SavedModel's graph can hold: a GraphDef is one protocol buffer, at most 2 GiB.
+CONSTANT_WEIGHTS_LIMIT = 1.5 * 2**30
+
+
 class ServingModule(tf.Module):
     """What a SavedModel of a task model holds: its serving functions, the preprocessor they
     run (vocabulary included) and the model's weights, and nothing else (no optimizer state).
 
+    Where the export computes in bfloat16 (`precision`), its weights are constants of the
+    functions' graph (layers.serving_weights_are_constants says why not in the others): a
+    request reads no variable then (in TF Serving's graph a handle, an Identity and a read a
+    weight: MiniLM's classifier ran 1,494 ops a sentence, 1,139 with constants).
+
     `model.serving_functions()` gives {signature name: (function, input specs)}.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, precision="float32"):
         super().__init__()
         self.preprocessor = model.preprocessor
-        self.functions = {
-            name: tf.function(function, input_signature=specs)
-            for name, (function, specs) in model.serving_functions().items()
-        }
+        functions = model.serving_functions()
+        if layers.serving_weights_are_constants(precision):
+            constants = weights_as_constants(model)
+            functions = {name: (reading(constants, function), specs)
+                         for name, (function, specs) in functions.items()}  # fmt: skip
+        self.functions = {name: tf.function(function, input_signature=specs)
+                          for name, (function, specs) in functions.items()}  # fmt: skip
         self.model_weights = captured_variables(self.functions.values(), SERVING_ONLY)
+
+
+def reading(constants, function):
+    """`function`, each Keras variable it reads replaced by its constant in `constants`."""
+
+    def call(*inputs):
+        with keras.StatelessScope(constants):
+            return function(*inputs)
+
+    return call
+
+
+def weights_as_constants(model):
+    """[(Keras variable, its value as a constant)] for `model`'s weights; ValueError if they
+    are too large for a graph to hold."""
+    size = sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in model.weights)
+    if size > CONSTANT_WEIGHTS_LIMIT:
+        raise ValueError(f"the model's weights take {size / 2**30:.2f} GiB, more than a "
+                         f"bfloat16 export's graph holds ({CONSTANT_WEIGHTS_LIMIT / 2**30:.1f} "
+                         "GiB): export in float32, which keeps them in variables")  # fmt: skip
+    return [(v, tf.constant(v.value)) for v in model.weights]
 
 
 def captured_variables(functions, options=None):
@@ -78,9 +114,10 @@ def captured_variables(functions, options=None):
     return list(seen.values())
 
 
-def export(model, model_dir, version=None):
-    """Writes `model` as `<model_dir>/<version>/` for TF Serving; returns that path."""
-    module = ServingModule(model)
+def export(model, model_dir, version=None, precision="float32"):
+    """Writes `model`, computing in `precision`, as `<model_dir>/<version>/` for TF Serving;
+    returns that path."""
+    module = ServingModule(model, precision)
     return save_versioned(module, module.functions, model_dir, model.warmup_requests(),
                           version, SERVING_ONLY)  # fmt: skip
 

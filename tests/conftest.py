@@ -106,6 +106,15 @@ def run_with_flags(run, **values):
         return run()
 
 
+def exported_weights(export_path):
+    """The constants of an export's graph, where it keeps its weights, as arrays."""
+    import tensorflow as tf
+    from keras_bert import serving
+
+    graph = serving.saved_model_proto(export_path).meta_graphs[0].graph_def
+    return [tf.make_ndarray(node.attr["value"].tensor) for node in graph.node if node.op == "Const"]
+
+
 def served_in_clean_process(export_path, body, stdin=""):
     """Runs `body` in a process that imports only tensorflow and tensorflow_text, with `f` the
     export's serving_default and `sys.argv[1]` its path; returns the JSON its last line prints.

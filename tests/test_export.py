@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
-from conftest import DATA, served_in_clean_process
+from conftest import DATA, exported_weights, served_in_clean_process
 
 from exports import export, hub_layout
 from keras_bert import serving
@@ -92,6 +92,26 @@ def test_exports_track_the_variables_their_functions_read(tmp_path):
         else:
             (served,) = LoadedLikeTfServing(path)(x=x).values()
             np.testing.assert_allclose(served, model(x), atol=1e-6)
+
+
+def test_bfloat16_exports_hold_their_weights_as_constants(sst2_run, tmp_path, monkeypatch):
+    """A served request reads no variables (README, Speed); float32 exports keep them
+    (layers.serving_weights_are_constants); weights too large for a graph are refused."""
+    model = keras.saving.load_model(os.path.join(sst2_run, "model.keras"))
+    word_embeddings = model.encoder.embeddings.word_embeddings.embeddings.numpy()
+    for precision, constants in (("bfloat16", True), ("float32", False)):
+        path = model.with_precision(precision, for_inference=True).export(
+            str(tmp_path / precision), precision=precision)  # fmt: skip
+        assert bool({"VarHandleOp", "ReadVariableOp"} & serving.graph_ops(path)) != constants
+        assert (tf.saved_model.load(path).model_weights == []) == constants
+        assert constants == any(w.shape == word_embeddings.shape
+                                and np.array_equal(w, word_embeddings)
+                                for w in exported_weights(path))  # fmt: skip
+    monkeypatch.setattr(serving, "CONSTANT_WEIGHTS_LIMIT", 1000)
+    with pytest.raises(ValueError, match=r"the model's weights take 0.00 GiB, more than a "
+                                         r"bfloat16 export's graph holds .*: export in float32"):
+        model.export(str(tmp_path / "big"), precision="bfloat16")
+    assert not os.path.exists(tmp_path / "big" / "1")
 
 
 def test_tf_serving_script_answers_a_request_in_a_tensorflow_only_process(sst2_run, tmp_path):
