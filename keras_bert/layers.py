@@ -132,11 +132,11 @@ def serving_weights_are_constants(compute_dtype):
     """Whether an export computing in `compute_dtype` holds its weights as constants of its
     graph rather than variables (serving.ServingModule, the column parts' copies below).
 
-    A constant weight is packed by oneDNN once and kept (as TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1
-    does for variables). In bfloat16 that makes a served sentence 1.1x as fast, whatever
-    sizes came before. In float32 oneDNN keeps them in the layout of the first call's shape:
-    after a first request of 32 sentences, a single sentence ran 0.56x as fast (MiniLM's
-    classifier, README, Speed), so float32 (and float16, unmeasured) keep variables."""
+    A constant needs no variable read in a request, and in bfloat16 a served sentence ran
+    1.1x as fast, whatever sizes came before (MiniLM's classifier, README, Speed). But oneDNN
+    keeps a constant float32 weight packed for the first call's shape (as it keeps any weight
+    under TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1): after a first request of 32 sentences, single
+    sentences ran 0.56x as fast. So float32 (and float16, unmeasured) keep variables."""
     return compute_dtype == "bfloat16"
 
 
