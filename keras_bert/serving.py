@@ -47,32 +47,35 @@ class ServingModule(tf.Module):
     """What a SavedModel of a task model holds: its serving functions, the preprocessor they
     run (vocabulary included) and the model's weights, and nothing else (no optimizer state).
 
-    Where the export computes in bfloat16 (`precision`), its weights are constants of the
-    functions' graph (layers.serving_weights_are_constants says why not in the others): a
-    request reads no variable then (in TF Serving's graph a handle, an Identity and a read a
-    weight: MiniLM's classifier ran 1,494 ops a sentence, 1,139 with constants).
+    The weights are constants of the functions' graph, not variables, so a request reads no
+    variable (in TF Serving's graph a handle, an Identity and a read a weight: MiniLM's
+    classifier ran 1,494 ops a sentence, 1,139 with constants); float32 ones are read
+    through a PlaceholderWithDefault (layers.served_weight says why).
 
     `model.serving_functions()` gives {signature name: (function, input specs)}.
     """
 
-    def __init__(self, model, precision="float32"):
+    def __init__(self, model):
         super().__init__()
         self.preprocessor = model.preprocessor
-        functions = model.serving_functions()
-        if layers.serving_weights_are_constants(precision):
-            constants = weights_as_constants(model)
-            functions = {name: (reading(constants, function), specs)
-                         for name, (function, specs) in functions.items()}  # fmt: skip
-        self.functions = {name: tf.function(function, input_signature=specs)
-                          for name, (function, specs) in functions.items()}  # fmt: skip
+        constants = weights_as_constants(model)
+        self.functions = {name: tf.function(reading(constants, function), input_signature=specs)
+                          for name, (function, specs) in model.serving_functions().items()}
+        # The variables the functions read, if any (none in keras_bert's task models).
         self.model_weights = captured_variables(self.functions.values(), SERVING_ONLY)
+
+
+class _ReadingConstants(keras.StatelessScope):
+    def get_current_value(self, variable):
+        constant = super().get_current_value(variable)
+        return None if constant is None else layers.served_weight(constant)
 
 
 def reading(constants, function):
     """`function`, each Keras variable it reads replaced by its constant in `constants`."""
 
     def call(*inputs):
-        with keras.StatelessScope(constants):
+        with _ReadingConstants(constants):
             return function(*inputs)
 
     return call
@@ -83,9 +86,9 @@ def weights_as_constants(model):
     are too large for a graph to hold."""
     size = sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in model.weights)
     if size > CONSTANT_WEIGHTS_LIMIT:
-        raise ValueError(f"the model's weights take {size / 2**30:.2f} GiB, more than a "
-                         f"bfloat16 export's graph holds ({CONSTANT_WEIGHTS_LIMIT / 2**30:.1f} "
-                         "GiB): export in float32, which keeps them in variables")  # fmt: skip
+        raise ValueError(f"the model's weights take {size / 2**30:.2f} GiB, more than an "
+                         f"export's graph holds ({CONSTANT_WEIGHTS_LIMIT / 2**30:.1f} GiB); "
+                         "in bfloat16 (precision='bfloat16') they take half the bytes")
     return [(v, tf.constant(v.value)) for v in model.weights]
 
 
@@ -114,10 +117,9 @@ def captured_variables(functions, options=None):
     return list(seen.values())
 
 
-def export(model, model_dir, version=None, precision="float32"):
-    """Writes `model`, computing in `precision`, as `<model_dir>/<version>/` for TF Serving;
-    returns that path."""
-    module = ServingModule(model, precision)
+def export(model, model_dir, version=None):
+    """Writes `model` as `<model_dir>/<version>/` for TF Serving; returns that path."""
+    module = ServingModule(model)
     return save_versioned(module, module.functions, model_dir, model.warmup_requests(),
                           version, SERVING_ONLY)  # fmt: skip
 

@@ -495,7 +495,7 @@ class BertTask(keras.Model):
         inference = self._copy(precision, keep_outputs=self.ENCODER_OUTPUTS)
         if column_parts > 1:
             inference.encoder.split_columns(column_parts)
-        return serving.export(inference, filepath, version, precision)
+        return serving.export(inference, filepath, version)
 
     def with_precision(self, precision, for_inference=False):
         """This model computing in `precision` ("float32", "bfloat16" or "float16"; the latter
