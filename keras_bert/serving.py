@@ -66,6 +66,8 @@ class ServingModule(tf.Module):
 
 
 class _ReadingConstants(keras.StatelessScope):
+    """A Keras variable read in this scope gives its constant, as layers.served_weight reads it."""
+
     def get_current_value(self, variable):
         constant = super().get_current_value(variable)
         return None if constant is None else layers.served_weight(constant)
@@ -86,9 +88,12 @@ def weights_as_constants(model):
     are too large for a graph to hold."""
     size = sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in model.weights)
     if size > CONSTANT_WEIGHTS_LIMIT:
+        stored_16_bit = any(v.dtype in ("bfloat16", "float16") for v in model.weights)
+        hint = ("" if stored_16_bit else
+                "; in bfloat16 (precision='bfloat16') its dense weights take half the bytes")
         raise ValueError(f"the model's weights take {size / 2**30:.2f} GiB, more than an "
-                         f"export's graph holds ({CONSTANT_WEIGHTS_LIMIT / 2**30:.1f} GiB); "
-                         "in bfloat16 (precision='bfloat16') they take half the bytes")
+                         f"export's graph holds ({CONSTANT_WEIGHTS_LIMIT / 2**30:.1f} GiB)"
+                         + hint)  # fmt: skip
     return [(v, tf.constant(v.value)) for v in model.weights]
 
 

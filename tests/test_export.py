@@ -109,10 +109,13 @@ def test_exports_hold_their_weights_as_constants(sst2_run, tmp_path, monkeypatch
         assert any(w.shape == word_embeddings.shape and np.array_equal(w, word_embeddings)
                    for w in exported_weights(path))  # fmt: skip
     monkeypatch.setattr(serving, "CONSTANT_WEIGHTS_LIMIT", 1000)
-    with pytest.raises(ValueError, match=r"the model's weights take 0.00 GiB, more than an "
-                                         r"export's graph holds .*; in bfloat16"):
+    with pytest.raises(ValueError, match=r"^the model's weights take 0.00 GiB, more than an "
+                                         r"export's graph holds \(0.0 GiB\); in bfloat16"):
         model.export(str(tmp_path / "big"))
-    assert not os.path.exists(tmp_path / "big" / "1")
+    with pytest.raises(ValueError, match=r"graph holds \(0.0 GiB\)$"):  # nothing to suggest
+        model.with_precision("bfloat16", for_inference=True).export(str(tmp_path / "big"),
+                                                                    precision="bfloat16")
+    assert not os.path.exists(tmp_path / "big")
 
 
 def test_tf_serving_script_answers_a_request_in_a_tensorflow_only_process(sst2_run, tmp_path):
