@@ -128,33 +128,21 @@ def _cond(pred, true_fn, false_fn):
     return tf.cond(pred, true_fn, false_fn)
 
 
-def served_weight(constant):
-    """How an export's graph reads a weight it holds as a constant (serving.ServingModule,
-    the column parts below): a bfloat16 one as the constant, a float32 one through a
-    PlaceholderWithDefault, which the graph optimiser leaves in place (TF Serving's graph
-    never feeds it), so that oneDNN sees no constant weight: it keeps a constant float32
-    weight packed for the first call's shape, and after a first request of 32 sentences
-    single sentences ran 0.56x as fast. A constant bfloat16 weight has no such cost (MiniLM's
-    classifier, README, Export and TF Serving)."""
-    if constant.dtype == tf.bfloat16:
-        return constant
-    return tf.raw_ops.PlaceholderWithDefault(input=constant, shape=constant.shape)
-
-
 class DenseColumns(tf.Module):
     """A Dense layer's weights as `count` blocks of its output columns, each block a product
     of its own: `columns(x)` is the layer's output (each column the same dot product, so the
     same numbers), and iterating gives each block's own function, for callers that keep the
-    blocks apart longer (attention's heads). The weights are copies, constants: for serving."""
+    blocks apart longer (attention's heads). The weights are copies, frozen: for serving."""
 
     def __init__(self, dense, count):
         super().__init__(name=f"{dense.name}_columns")
         _check_shares(count, [(f"units of {dense.name}", dense.units)])
         width = dense.units // count
         kernel, bias = tf.convert_to_tensor(dense.kernel), tf.convert_to_tensor(dense.bias)
-        self.kernels = [tf.constant(kernel[:, i * width : (i + 1) * width])
+        self.kernels = [tf.Variable(kernel[:, i * width : (i + 1) * width], trainable=False)
                         for i in range(count)]  # fmt: skip
-        self.biases = [tf.constant(bias[i * width : (i + 1) * width]) for i in range(count)]
+        self.biases = [tf.Variable(bias[i * width : (i + 1) * width], trainable=False)
+                       for i in range(count)]  # fmt: skip
         self._activation = dense.activation
         self._dtype = dense.compute_dtype
 
@@ -163,8 +151,7 @@ class DenseColumns(tf.Module):
 
     def _part(self, i, x):
         # BiasAdd: oneDNN fuses MatMul + BiasAdd (+ GELU) into one kernel.
-        kernel, bias = served_weight(self.kernels[i]), served_weight(self.biases[i])
-        y = tf.nn.bias_add(tf.matmul(ops.cast(x, self._dtype), kernel), bias)
+        y = tf.nn.bias_add(tf.matmul(ops.cast(x, self._dtype), self.kernels[i]), self.biases[i])
         return self._activation(y)
 
     def __call__(self, x):
@@ -177,7 +164,7 @@ class DenseRows(tf.Module):
     first carrying the bias) is the layer's output, up to the rounding of that one sum. So the
     parts of two products in a row (DenseColumns, then DenseRows) each keep to their own
     columns, and join once, in the sum, where column blocks would join twice. The weights are
-    copies, constants: for serving."""
+    copies, frozen: for serving."""
 
     def __init__(self, dense, count):
         super().__init__(name=f"{dense.name}_rows")
@@ -185,16 +172,16 @@ class DenseRows(tf.Module):
         _check_shares(count, [(f"inputs of {dense.name}", inputs)])
         height = inputs // count
         kernel = tf.convert_to_tensor(dense.kernel)
-        self.kernels = [tf.constant(kernel[i * height : (i + 1) * height])
+        self.kernels = [tf.Variable(kernel[i * height : (i + 1) * height], trainable=False)
                         for i in range(count)]  # fmt: skip
-        self.bias = tf.constant(tf.convert_to_tensor(dense.bias))
+        self.bias = tf.Variable(tf.convert_to_tensor(dense.bias), trainable=False)
         self._dtype = dense.compute_dtype
 
     def __call__(self, blocks):
         """The layer's output from the `count` column blocks of its input, in order."""
-        partials = [tf.matmul(ops.cast(x, self._dtype), served_weight(kernel))
+        partials = [tf.matmul(ops.cast(x, self._dtype), kernel)
                     for x, kernel in zip(blocks, self.kernels)]  # fmt: skip
-        partials[0] = tf.nn.bias_add(partials[0], served_weight(self.bias))
+        partials[0] = tf.nn.bias_add(partials[0], self.bias)
         return tf.add_n(partials)
 
 

@@ -6,17 +6,14 @@ temporary name, then renamed into `<export_dir>/<model_name>/<version>/`, the la
 watches; it ignores the temporary name.
 """
 
-import math
 import os
 import shutil
 import time
 
-import keras
 import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-from keras_bert import layers
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.tf_serving import LoadedLikeTfServing, error_line
 
@@ -39,18 +36,9 @@ def token_id_specs(shape=(None, None)):
     return [tf.TensorSpec(shape, tf.int32, name=name) for name in INPUT_NAMES]
 
 
-# What a SavedModel's graph can hold: a GraphDef is one protocol buffer, at most 2 GiB.
-CONSTANT_WEIGHTS_LIMIT = 1.5 * 2**30
-
-
 class ServingModule(tf.Module):
     """What a SavedModel of a task model holds: its serving functions, the preprocessor they
     run (vocabulary included) and the model's weights, and nothing else (no optimizer state).
-
-    The weights are constants of the functions' graph, not variables, so a request reads no
-    variable (in TF Serving's graph a handle, an Identity and a read a weight: MiniLM's
-    classifier ran 1,494 ops a sentence, 1,139 with constants); float32 ones are read
-    through a PlaceholderWithDefault (layers.served_weight says why).
 
     `model.serving_functions()` gives {signature name: (function, input specs)}.
     """
@@ -58,43 +46,11 @@ class ServingModule(tf.Module):
     def __init__(self, model):
         super().__init__()
         self.preprocessor = model.preprocessor
-        constants = weights_as_constants(model)
-        self.functions = {name: tf.function(reading(constants, function), input_signature=specs)
-                          for name, (function, specs) in model.serving_functions().items()}
-        # The variables the functions read, if any (none in keras_bert's task models).
+        self.functions = {
+            name: tf.function(function, input_signature=specs)
+            for name, (function, specs) in model.serving_functions().items()
+        }
         self.model_weights = captured_variables(self.functions.values(), SERVING_ONLY)
-
-
-class _ReadingConstants(keras.StatelessScope):
-    """A Keras variable read in this scope gives its constant, as layers.served_weight reads it."""
-
-    def get_current_value(self, variable):
-        constant = super().get_current_value(variable)
-        return None if constant is None else layers.served_weight(constant)
-
-
-def reading(constants, function):
-    """`function`, each Keras variable it reads replaced by its constant in `constants`."""
-
-    def call(*inputs):
-        with _ReadingConstants(constants):
-            return function(*inputs)
-
-    return call
-
-
-def weights_as_constants(model):
-    """[(Keras variable, its value as a constant)] for `model`'s weights; ValueError if they
-    are too large for a graph to hold."""
-    size = sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in model.weights)
-    if size > CONSTANT_WEIGHTS_LIMIT:
-        stored_16_bit = any(v.dtype in ("bfloat16", "float16") for v in model.weights)
-        hint = ("" if stored_16_bit else
-                "; in bfloat16 (precision='bfloat16') its dense weights take half the bytes")
-        raise ValueError(f"the model's weights take {size / 2**30:.2f} GiB, more than an "
-                         f"export's graph holds ({CONSTANT_WEIGHTS_LIMIT / 2**30:.1f} GiB)"
-                         + hint)  # fmt: skip
-    return [(v, tf.constant(v.value)) for v in model.weights]
 
 
 def captured_variables(functions, options=None):

@@ -464,8 +464,8 @@ class BertTask(keras.Model):
                **kwargs):
         """Writes a TF Serving SavedModel to `<filepath>/<version>/` (default: one more than the
         newest there) and returns its path: strings-in `serving_default`, `serve_token_ids`,
-        inference weights only (constants of the graph: serving.ServingModule), warmup
-        requests, every op checked against what TF Serving 2.12 can run.
+        inference weights only, warmup requests, every op checked against what TF Serving
+        2.12 can run.
 
         `precision` is the export's compute precision, whatever the model trained in:
         "float32" (the default) runs at full speed on every CPU; "bfloat16" is faster only

@@ -106,13 +106,17 @@ def run_with_flags(run, **values):
         return run()
 
 
-def exported_weights(export_path):
-    """The constants of an export's graph, where it keeps its weights, as arrays."""
+def graph_float_bytes(export_path):
+    """The bytes of the floating-point constants in an export's graph and function library
+    (its weights belong in its variables; the tokenizer's model is a uint8 constant)."""
     import tensorflow as tf
+
     from keras_bert import serving
 
     graph = serving.saved_model_proto(export_path).meta_graphs[0].graph_def
-    return [tf.make_ndarray(node.attr["value"].tensor) for node in graph.node if node.op == "Const"]
+    nodes = [*graph.node, *(node for f in graph.library.function for node in f.node_def)]
+    tensors = [node.attr["value"].tensor for node in nodes if node.op == "Const"]
+    return sum(t.ByteSize() for t in tensors if tf.as_dtype(t.dtype).is_floating)
 
 
 def served_in_clean_process(export_path, body, stdin=""):

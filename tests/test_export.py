@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
-from conftest import DATA, exported_weights, served_in_clean_process
+from conftest import DATA, served_in_clean_process
 
 from exports import export, hub_layout
 from keras_bert import serving
@@ -94,30 +94,6 @@ def test_exports_track_the_variables_their_functions_read(tmp_path):
             np.testing.assert_allclose(served, model(x), atol=1e-6)
 
 
-def test_exports_hold_their_weights_as_constants(sst2_run, tmp_path, monkeypatch):
-    """A served request reads no variables (README, Export and TF Serving); float32 weights
-    are read through a PlaceholderWithDefault (layers.served_weight); weights too large for a
-    graph are refused."""
-    model = keras.saving.load_model(os.path.join(sst2_run, "model.keras"))
-    word_embeddings = model.encoder.embeddings.word_embeddings.embeddings.numpy()
-    for precision in ("bfloat16", "float32"):
-        path = model.with_precision(precision, for_inference=True).export(
-            str(tmp_path / precision), precision=precision)  # fmt: skip
-        ops = serving.graph_ops(path)
-        assert not {"VarHandleOp", "ReadVariableOp"} & ops and "PlaceholderWithDefault" in ops
-        assert tf.saved_model.load(path).model_weights == []
-        assert any(w.shape == word_embeddings.shape and np.array_equal(w, word_embeddings)
-                   for w in exported_weights(path))  # fmt: skip
-    monkeypatch.setattr(serving, "CONSTANT_WEIGHTS_LIMIT", 1000)
-    with pytest.raises(ValueError, match=r"^the model's weights take 0.00 GiB, more than an "
-                                         r"export's graph holds \(0.0 GiB\); in bfloat16"):
-        model.export(str(tmp_path / "big"))
-    with pytest.raises(ValueError, match=r"graph holds \(0.0 GiB\)$"):  # nothing to suggest
-        model.with_precision("bfloat16", for_inference=True).export(str(tmp_path / "big"),
-                                                                    precision="bfloat16")
-    assert not os.path.exists(tmp_path / "big")
-
-
 def test_tf_serving_script_answers_a_request_in_a_tensorflow_only_process(sst2_run, tmp_path):
     """keras_bert/tf_serving.py as a script: what README's check in TF Serving 2.12's runtime
     runs (there with TensorFlow 2.12.1 and tensorflow-text 2.12.1)."""
@@ -182,7 +158,7 @@ def test_column_parts_flag_is_checked_against_the_model_before_exporting(sst2_ru
         export.export_run(sst2_run, str(tmp_path), "m", column_parts=0)
     assert not os.path.exists(tmp_path / "m")
     path = export.export_run(sst2_run, str(tmp_path), "m", column_parts=1)
-    assert (12, 38) in {w.shape for w in exported_weights(path)}
+    assert (12, 38) in {tuple(v.shape) for v in tf.saved_model.load(path).model_weights}
 
 
 def test_op_check_refuses_ops_tf_serving_lacks(tmp_path):
