@@ -1,6 +1,7 @@
 """Throughput and latency scripts; each prints JSON (see README, Speed)."""
 
 import glob
+import os
 import time
 
 from absl import app
@@ -25,3 +26,14 @@ def newest_export(task):
     if not path:
         raise app.UsageError(f"no export found under exported/{task}: pass --export")
     return path
+
+
+def tf_serving_module():
+    """keras_bert/tf_serving.py, loaded by its path: importing the package would import Keras."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "keras_bert", "tf_serving.py")
+    spec = importlib.util.spec_from_file_location("tf_serving", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

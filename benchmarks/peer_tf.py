@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 
-from benchmarks import peer_worker
+from benchmarks import peer_worker, tf_serving_module
 from benchmarks.peer_worker import (FINETUNE_STEPS_PER_STEP_FLAG, PRODUCTS_CALLS,
                                      SERVING_SENTENCES, minilm_products, sst2)
 
@@ -154,17 +154,6 @@ def tokenizer_jobs(opts):
     np.save(os.path.join(opts["scratch"], "keras_bert_ids.npy"), np.array(ids, dtype=object),
             allow_pickle=True)  # fmt: skip
     return {"tokenize_and_pack": run}
-
-
-def tf_serving_module():
-    """keras_bert/tf_serving.py, loaded by its path: importing the package would import Keras."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(__file__), "..", "keras_bert", "tf_serving.py")
-    spec = importlib.util.spec_from_file_location("tf_serving", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def serving_jobs(opts):

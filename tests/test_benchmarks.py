@@ -135,3 +135,21 @@ def test_onednn_variants_run_in_workers_with_that_setting():
     reports = [json.loads(line) for line in result.stdout.splitlines()]
     assert reports == [[False, ["float32/products~onednn=0"]],
                        [True, ["float32/products~onednn=1"]]]  # fmt: skip
+
+
+def test_the_load_bench_reports_an_exports_load_time_and_memory(tiny_checkpoint, tmp_path):
+    import keras_bert
+
+    path = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint).export(str(tmp_path / "m"))
+    bench = subprocess.run([sys.executable, "-m", "benchmarks.serving_load", f"--exports={path}",
+                            "--processes=1"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=600)  # fmt: skip
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    result = json.loads(bench.stdout)["results"][path]
+    assert result["load_s"] > 0 and result["first_answer_s"] > 0
+    # A TensorFlow session and graph take tens of MiB at least; the peak is never below the end.
+    assert 10 < result["rss_added_mib"] <= result["peak_rss_added_mib"]
+    missing = subprocess.run([sys.executable, "-m", "benchmarks.serving_load",
+                              f"--exports={tmp_path / 'none'}", "--processes=1"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert missing.returncode == 1 and f"loading {tmp_path / 'none'} failed" in missing.stderr
