@@ -39,7 +39,6 @@ def memory_mib(field):
 def load_once(export):
     """{measure: value} of one load and first request of `export`, in this process."""
     import numpy as np
-    import tensorflow as tf  # noqa: F401
     import tensorflow_text  # noqa: F401  (the tokenizer's ops, which TF Serving bundles)
 
     from benchmarks import tf_serving_module

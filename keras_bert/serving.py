@@ -95,14 +95,17 @@ def saved_model_proto(saved_model_dir):
     return proto
 
 
+def graph_nodes(saved_model_dir):
+    """Every NodeDef of a SavedModel's graphs and their function libraries."""
+    for meta_graph in saved_model_proto(saved_model_dir).meta_graphs:
+        yield from meta_graph.graph_def.node
+        for function in meta_graph.graph_def.library.function:
+            yield from function.node_def
+
+
 def graph_ops(saved_model_dir):
     """Every op type in a SavedModel's graph and function library."""
-    ops = set()
-    for meta_graph in saved_model_proto(saved_model_dir).meta_graphs:
-        ops |= {node.op for node in meta_graph.graph_def.node}
-        for function in meta_graph.graph_def.library.function:
-            ops |= {node.op for node in function.node_def}
-    return ops
+    return {node.op for node in graph_nodes(saved_model_dir)}
 
 
 def check_serving_ops(saved_model_dir):

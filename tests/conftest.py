@@ -113,9 +113,8 @@ def graph_float_bytes(export_path):
 
     from keras_bert import serving
 
-    graph = serving.saved_model_proto(export_path).meta_graphs[0].graph_def
-    nodes = [*graph.node, *(node for f in graph.library.function for node in f.node_def)]
-    tensors = [node.attr["value"].tensor for node in nodes if node.op == "Const"]
+    tensors = [node.attr["value"].tensor for node in serving.graph_nodes(export_path)
+               if node.op == "Const"]  # fmt: skip
     return sum(t.ByteSize() for t in tensors if tf.as_dtype(t.dtype).is_floating)
 
 
