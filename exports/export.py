@@ -17,7 +17,8 @@ import keras
 from absl import app, flags, logging
 
 import keras_bert  # noqa: F401  (registers the task models before loading one)
-from keras_bert import layers, textfiles
+from keras_bert import textfiles
+from keras_bert.column_parts import check_column_parts
 from keras_bert.task import PRECISIONS
 from exports import hub_layout
 from tasks import run_main
@@ -61,7 +62,7 @@ def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, ma
         model.preprocessor.max_windows = max_windows
     if column_parts is not None:
         try:
-            layers.check_column_parts(model.encoder.config, column_parts)
+            check_column_parts(model.encoder.config, column_parts)
         except ValueError as e:
             raise app.UsageError(f"--column_parts={column_parts}: {e}") from None
     model_name = model_name or model.name

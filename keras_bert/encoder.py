@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_bert import layers, packing
+from keras_bert import column_parts, layers, packing
 from keras_bert.config import BertConfig
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
@@ -139,7 +139,7 @@ class BertEncoder(keras.Model):
         """For serving: each block computes in `count` column parts, on frozen copies of its
         weights (layers.BertTransformerBlock.split_columns). Task models' `export` does this
         on a copy; a split encoder refuses to train."""
-        layers.check_column_parts(self.config, count)
+        column_parts.check_column_parts(self.config, count)
         for block in self.transformer_layers:
             block.split_columns(count)
 

@@ -17,7 +17,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_bert import checkpoints, layers, optimization, serving
+from keras_bert import checkpoints, optimization, serving
+from keras_bert.column_parts import check_column_parts, serving_column_parts
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.tokenizer import BertTokenizer
 
@@ -489,8 +490,8 @@ class BertTask(keras.Model):
             raise ValueError(f"unexpected arguments {sorted(kwargs)}; keras_bert task models "
                              "export TF Serving SavedModels only")  # fmt: skip
         if column_parts is None:
-            column_parts = layers.serving_column_parts(self.encoder.config)
-        layers.check_column_parts(self.encoder.config, column_parts)
+            column_parts = serving_column_parts(self.encoder.config)
+        check_column_parts(self.encoder.config, column_parts)
         _check_precision(precision)
         inference = self._copy(precision, keep_outputs=self.ENCODER_OUTPUTS)
         if column_parts > 1:

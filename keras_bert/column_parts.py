@@ -1,0 +1,144 @@
+"""Serving on two cores: an encoder block's dense products split in column parts.
+
+A sentence's products are too small for oneDNN to split over two threads at a gain, so an
+exported block computes each sublayer in `count` parts that share no work until they are
+joined: attention's heads in groups, each from its own columns of the query, key and value
+products, and the feed-forward's products in blocks of columns (or, for the second product in
+float32, of rows). TensorFlow's inter-op threads run the parts side by side. The parts hold
+frozen copies of the weights, so a split layer refuses to train (`of_layer`). Measured in the
+README (Speed, "The exports' column parts").
+"""
+
+import functools
+
+import tensorflow as tf
+from keras import ops
+
+
+class DenseColumns(tf.Module):
+    """A Dense layer's weights as `count` blocks of its output columns, each block a product
+    of its own: `columns(x)` is the layer's output (each column the same dot product, so the
+    same numbers), and iterating gives each block's own function, for callers that keep the
+    blocks apart longer (attention's heads). The weights are copies, frozen: for serving."""
+
+    def __init__(self, dense, count):
+        super().__init__(name=f"{dense.name}_columns")
+        check_shares(count, [(f"units of {dense.name}", dense.units)])
+        width = dense.units // count
+        kernel, bias = tf.convert_to_tensor(dense.kernel), tf.convert_to_tensor(dense.bias)
+        self.kernels = [tf.Variable(kernel[:, i * width : (i + 1) * width], trainable=False)
+                        for i in range(count)]  # fmt: skip
+        self.biases = [tf.Variable(bias[i * width : (i + 1) * width], trainable=False)
+                       for i in range(count)]  # fmt: skip
+        self._activation = dense.activation
+        self._dtype = dense.compute_dtype
+
+    def __iter__(self):
+        return iter([functools.partial(self._part, i) for i in range(len(self.kernels))])
+
+    def _part(self, i, x):
+        # BiasAdd: oneDNN fuses MatMul + BiasAdd (+ GELU) into one kernel.
+        y = tf.nn.bias_add(tf.matmul(ops.cast(x, self._dtype), self.kernels[i]), self.biases[i])
+        return self._activation(y)
+
+    def __call__(self, x):
+        return tf.concat([part(x) for part in self], axis=-1)
+
+
+class DenseRows(tf.Module):
+    """An activation-free Dense layer's weights as `count` blocks of their input rows: block i
+    multiplies the i-th column block of the layer's input, and the partial products' sum (the
+    first carrying the bias) is the layer's output, up to the rounding of that one sum. So the
+    parts of two products in a row (DenseColumns, then DenseRows) each keep to their own
+    columns, and join once, in the sum, where column blocks would join twice. The weights are
+    copies, frozen: for serving."""
+
+    def __init__(self, dense, count):
+        super().__init__(name=f"{dense.name}_rows")
+        inputs = dense.kernel.shape[0]
+        check_shares(count, [(f"inputs of {dense.name}", inputs)])
+        height = inputs // count
+        kernel = tf.convert_to_tensor(dense.kernel)
+        self.kernels = [tf.Variable(kernel[i * height : (i + 1) * height], trainable=False)
+                        for i in range(count)]  # fmt: skip
+        self.bias = tf.Variable(tf.convert_to_tensor(dense.bias), trainable=False)
+        self._dtype = dense.compute_dtype
+
+    def __call__(self, blocks):
+        """The layer's output from the `count` column blocks of its input, in order."""
+        partials = [tf.matmul(ops.cast(x, self._dtype), kernel)
+                    for x, kernel in zip(blocks, self.kernels)]  # fmt: skip
+        partials[0] = tf.nn.bias_add(partials[0], self.bias)
+        return tf.add_n(partials)
+
+
+class ColumnParts(tf.Module):
+    """A layer's dense products, each split in `count` parts, by sublayer name: what
+    `split_columns` gives a block or its attention. Each is split into column blocks
+    (DenseColumns), except those named in `rows`, which take the column blocks of the product
+    before them (DenseRows), where they compute in float32. In bfloat16 or float16 each
+    partial product would be rounded to 8 or 11 bits before the sum; those keep column
+    blocks, and their numbers."""
+
+    def __init__(self, count, rows=(), **denses):
+        super().__init__(name="column_parts")
+        self.count = count
+        self.columns = {
+            name: (DenseRows if name in rows and dense.compute_dtype == "float32"
+                   else DenseColumns)(dense, count)
+            for name, dense in denses.items()
+        }  # fmt: skip
+
+    def join(self, name, blocks):
+        """The output of the product named `name` from its input's column blocks."""
+        columns = self.columns[name]
+        if isinstance(columns, DenseRows):
+            return columns(blocks)
+        return columns(tf.concat(blocks, axis=-1))
+
+    def __getitem__(self, name):
+        return self.columns[name]
+
+
+def of_layer(layer, training):
+    """The layer's ColumnParts, or None; a layer split for serving is refused in training,
+    which would train the weights its parts were copied from and serve the copies stale."""
+    parts = getattr(layer, "_column_parts", None)
+    if parts is not None and training:
+        raise ValueError(f"{layer.name} computes on column parts, frozen copies of its weights "
+                         "for serving (split_columns): train the model it was copied from")
+    return parts
+
+
+def check_shares(count, sizes):
+    """Raises ValueError unless `count` is a whole number of column parts, at least 1, that
+    divides each of `sizes`, [(what, size)]."""
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"column parts must be a whole number of at least 1, got {count!r}")
+    for what, size in sizes:
+        if size % count:
+            raise ValueError(f"{size} {what} cannot be shared equally by {count} column parts; "
+                             "use a count that divides them (1: each product whole)")
+
+
+def _config_sizes(config):
+    """What a BertConfig's column parts must share equally."""
+    return [("attention heads", config.num_attention_heads), ("hidden units", config.hidden_size),
+            ("intermediate units", config.intermediate_size)]  # fmt: skip
+
+
+# An exported model's blocks compute in this many column parts (BertTransformerBlock.split_columns),
+# where its sizes allow (serving_column_parts).
+SERVING_COLUMN_PARTS = 2
+
+
+def check_column_parts(config, count):
+    """Raises ValueError unless `count` column parts share a BertConfig's heads and sizes."""
+    check_shares(count, _config_sizes(config))
+
+
+def serving_column_parts(config):
+    """SERVING_COLUMN_PARTS for a BertConfig whose heads, hidden and intermediate sizes it
+    divides, else 1 (each product whole)."""
+    shared = all(size % SERVING_COLUMN_PARTS == 0 for _, size in _config_sizes(config))
+    return SERVING_COLUMN_PARTS if shared else 1
