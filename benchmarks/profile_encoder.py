@@ -23,6 +23,8 @@ from keras_bert import BertClassifier, BertConfig, BertEncoder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("precision", "bfloat16", ["float32", "bfloat16"], "Compute precision.")
+flags.DEFINE_bool("stored_weights", False, "bfloat16 only: the weights stored in bfloat16 (what "
+                  "a bfloat16 export runs) rather than float32 weights cast on every call.")
 flags.DEFINE_integer("batch_size", 8, "Sequences per step.")
 flags.DEFINE_integer("seq_length", 128, "Tokens per sequence (no padding).")
 flags.DEFINE_enum("step", "forward", ["forward", "train_step"], "forward: the encoder alone; "
@@ -34,7 +36,8 @@ flags.DEFINE_integer("top", 25, "Rows per table.")
 def main(argv):
     del argv
     keras.config.set_dtype_policy("float32" if FLAGS.precision == "float32" else "mixed_bfloat16")
-    encoder = BertEncoder(**BertConfig().to_dict())
+    dtype = "bfloat16" if FLAGS.stored_weights and FLAGS.precision == "bfloat16" else None
+    encoder = BertEncoder(**BertConfig().to_dict(), dtype=dtype)
     rng = np.random.default_rng(0)
     shape = (FLAGS.batch_size, FLAGS.seq_length)
     x = {"input_word_ids": tf.constant(rng.integers(1000, 30000, shape), tf.int32),
