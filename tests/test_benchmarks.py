@@ -153,3 +153,23 @@ def test_the_load_bench_reports_an_exports_load_time_and_memory(tiny_checkpoint,
                               f"--exports={tmp_path / 'none'}", "--processes=1"], cwd=ROOT,
                              capture_output=True, text=True, timeout=600)  # fmt: skip
     assert missing.returncode == 1 and f"loading {tmp_path / 'none'} failed" in missing.stderr
+
+
+def test_the_headroom_bench_times_each_form_without_the_ops_it_names():
+    bench = subprocess.run([sys.executable, "-m", "benchmarks.headroom", "--layers=2",
+                            "--batch_size=2", "--seq_length=9", "--rounds=2", "--steps=1"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    result = json.loads(bench.stdout)
+    counts = result["op_counts"]
+    # Two blocks: 4 swaps and 2 LayerNorms each; the stand-ins leave the embeddings' gathers
+    # and the first packing alone.
+    assert counts["as_is"]["Transpose"] >= 8 and counts["as_is"]["FusedBatchNormV3"] >= 4
+    assert counts["no_transposes"] == {**counts["as_is"], "Transpose": 0}
+    assert counts["no_layer_norms"] == {**counts["as_is"], "FusedBatchNormV3": 0}
+    none = counts["none_of_them"]
+    assert none["Transpose"] == none["FusedBatchNormV3"] == 0
+    # Each block's three spreads and its pack are gone; the packing before the blocks stays.
+    assert none["GatherNd"] == 1 and none["GatherV2"] <= counts["as_is"]["GatherV2"] - 2 * 3
+    assert result["speedup"]["as_is"] == 1.0
+    assert all(ms > 0 for ms in result["ms_per_forward"].values())

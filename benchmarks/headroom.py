@@ -1,0 +1,124 @@
+"""The most a BERT forward pass could gain from rewriting its parts outside the products, as JSON.
+
+    python -m benchmarks.headroom [--precision bfloat16 --stored_weights --rounds 11]
+
+Times a random BERT-base encoder's forward pass as it is, and traced with some of its parts
+replaced by stand-ins of the same shapes that do no work (for timing only: the numbers are then
+wrong): attention's swaps of heads and positions (`no_transposes`: a reshape), every block's
+LayerNorms (`no_layer_norms`: a cast), and those two with the packing gathers around attention
+too (`none_of_them`: the gathers' rows as they are, which on a batch without padding, as here,
+is what the gathers compute). The gathers have no form of their own: with their stand-ins
+alone Grappler no longer fused the LayerNorms into oneDNN's LayerNorm op (the profiler showed
+FusedBatchNormV3, Mul and AddV2 in its place, 20 ms a step instead of 5; the cause was not
+found), and the forward ran 0.93x as fast. One process, each form its own `tf.function`, the
+forms in alternating order round
+after round; medians, and each form's speedup over the encoder as it is. `op_counts` shows
+that each stand-in took the place of the ops it names.
+"""
+
+import contextlib
+import json
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+from keras_bert import BertConfig, BertEncoder, layers
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("precision", "bfloat16", ["float32", "bfloat16"], "Compute precision.")
+flags.DEFINE_bool("stored_weights", False, "bfloat16 only: the weights stored in bfloat16 (what "
+                  "a bfloat16 export runs) rather than float32 weights cast on every call.")
+flags.DEFINE_integer("batch_size", 8, "Sequences per step.")
+flags.DEFINE_integer("seq_length", 128, "Tokens per sequence (no padding).")
+flags.DEFINE_integer("rounds", 11, "Rounds; each times every form.")
+flags.DEFINE_integer("steps", 3, "Forward passes a form is timed over, per round.")
+flags.DEFINE_integer("layers", 12, "Encoder blocks (BERT-base has 12).")
+
+# The op types each part runs as, counted in each form's graph: the stand-ins must remove them.
+COUNTED_OPS = ("GatherV2", "GatherNd", "Transpose", "FusedBatchNormV3")
+
+
+def _reshape_only(x):
+    """(batch, a, b, size) -> (batch, b, a, size) without moving anything."""
+    shape = tf.shape(x)
+    return tf.reshape(x, (shape[0], shape[2], shape[1], shape[3]))
+
+
+def _rows_like(rows):
+    """A stand-in for a gather of `rows` (a name in the layout): its input reshaped to as many
+    rows as `rows` has, which on a batch without padding is its input, unchanged."""
+
+    def stand_in(x, layout):
+        return tf.reshape(x, tf.concat([tf.shape(layout[rows]), x.shape[-1:]], axis=0))
+
+    return stand_in
+
+
+# Each part: the attributes of keras_bert.layers that compute it, and their stand-ins.
+STAND_INS = {
+    "gathers": {"spread_for_attention": _rows_like("slots"), "pack": _rows_like("tokens")},
+    "transposes": {"swap_heads_and_positions": _reshape_only},
+    "layer_norms": {"BertLayerNorm.call": lambda self, x, training=None: tf.cast(x, "float32")},
+}
+FORMS = {"as_is": [], "no_transposes": ["transposes"], "no_layer_norms": ["layer_norms"],
+         "none_of_them": list(STAND_INS)}  # fmt: skip
+
+
+@contextlib.contextmanager
+def stand_ins(parts):
+    """keras_bert.layers with `parts` replaced, while a form is traced."""
+    saved = []
+    for part in parts:
+        for path, stand_in in STAND_INS[part].items():
+            owner, name = layers, path
+            if "." in path:
+                owner_name, name = path.split(".")
+                owner = getattr(layers, owner_name)
+            saved.append((owner, name, getattr(owner, name)))
+            setattr(owner, name, stand_in)
+    try:
+        yield
+    finally:
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
+
+
+def main(argv):
+    del argv
+    keras.config.set_dtype_policy("float32" if FLAGS.precision == "float32" else "mixed_bfloat16")
+    dtype = "bfloat16" if FLAGS.stored_weights and FLAGS.precision == "bfloat16" else None
+    config = BertConfig(num_hidden_layers=FLAGS.layers)
+    encoder = BertEncoder(**config.to_dict(), dtype=dtype)
+    rng = np.random.default_rng(0)
+    shape = (FLAGS.batch_size, FLAGS.seq_length)
+    x = {"input_word_ids": tf.constant(rng.integers(1000, 30000, shape), tf.int32),
+         "input_mask": tf.ones(shape, tf.int32), "input_type_ids": tf.zeros(shape, tf.int32)}
+    forms, op_counts = {}, {}
+    for form, parts in FORMS.items():
+        forward = tf.function(lambda x: encoder(x, training=False)["sequence_output"])
+        with stand_ins(parts):
+            graph = forward.get_concrete_function(x).graph.as_graph_def()  # traced here
+        nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
+        op_counts[form] = {op: sum(n.op == op for n in nodes) for op in COUNTED_OPS}
+        forms[form] = forward
+    times = {form: [] for form in forms}
+    for round_ in range(FLAGS.rounds):
+        for form, forward in (forms.items() if round_ % 2 else reversed(forms.items())):
+            start = time.perf_counter()
+            for _ in range(FLAGS.steps):
+                forward(x).numpy()
+            times[form].append((time.perf_counter() - start) / FLAGS.steps * 1e3)
+    as_is = float(np.median(times["as_is"]))
+    report = {"precision": FLAGS.precision, "stored_weights": dtype is not None,
+              "batch_size": FLAGS.batch_size, "seq_length": FLAGS.seq_length,
+              "layers": FLAGS.layers, "rounds": FLAGS.rounds, "op_counts": op_counts,
+              "ms_per_forward": {f: round(float(np.median(t)), 2) for f, t in times.items()},
+              "speedup": {f: round(as_is / float(np.median(t)), 3) for f, t in times.items()}}
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    app.run(main)
