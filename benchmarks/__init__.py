@@ -4,7 +4,7 @@ import glob
 import os
 import time
 
-from absl import app
+from absl import app, flags
 
 
 def time_alternating(jobs, rounds):
@@ -37,3 +37,35 @@ def tf_serving_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def define_forward_flags():
+    """The flags of the scripts that time or profile a random BERT-base encoder's forward pass
+    (`random_encoder`)."""
+    flags.DEFINE_enum("precision", "bfloat16", ["float32", "bfloat16"], "Compute precision.")
+    flags.DEFINE_bool("stored_weights", False, "bfloat16 only: the weights stored in bfloat16 "
+                      "(what a bfloat16 export runs) rather than float32 weights cast on every "
+                      "call.")  # fmt: skip
+    flags.DEFINE_integer("batch_size", 8, "Sequences per step.")
+    flags.DEFINE_integer("seq_length", 128, "Tokens per sequence (no padding).")
+
+
+def random_encoder(num_hidden_layers=12):
+    """A random BERT-base encoder (with `num_hidden_layers` blocks) as `define_forward_flags`
+    asks, and a batch of token ids for it, without padding."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_bert import BertConfig, BertEncoder
+
+    FLAGS = flags.FLAGS
+    keras.config.set_dtype_policy("float32" if FLAGS.precision == "float32" else "mixed_bfloat16")
+    stored = FLAGS.stored_weights and FLAGS.precision == "bfloat16"
+    config = BertConfig(num_hidden_layers=num_hidden_layers)
+    encoder = BertEncoder(**config.to_dict(), dtype="bfloat16" if stored else None)
+    rng = np.random.default_rng(0)
+    shape = (FLAGS.batch_size, FLAGS.seq_length)
+    x = {"input_word_ids": tf.constant(rng.integers(1000, 30000, shape), tf.int32),
+         "input_mask": tf.ones(shape, tf.int32), "input_type_ids": tf.zeros(shape, tf.int32)}
+    return encoder, x

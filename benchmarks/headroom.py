@@ -18,21 +18,16 @@ that each stand-in took the place of the ops it names.
 
 import contextlib
 import json
-import time
 
-import keras
 import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from keras_bert import BertConfig, BertEncoder, layers
+from benchmarks import define_forward_flags, random_encoder, time_alternating
+from keras_bert import layers
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("precision", "bfloat16", ["float32", "bfloat16"], "Compute precision.")
-flags.DEFINE_bool("stored_weights", False, "bfloat16 only: the weights stored in bfloat16 (what "
-                  "a bfloat16 export runs) rather than float32 weights cast on every call.")
-flags.DEFINE_integer("batch_size", 8, "Sequences per step.")
-flags.DEFINE_integer("seq_length", 128, "Tokens per sequence (no padding).")
+define_forward_flags()
 flags.DEFINE_integer("rounds", 11, "Rounds; each times every form.")
 flags.DEFINE_integer("steps", 3, "Forward passes a form is timed over, per round.")
 flags.DEFINE_integer("layers", 12, "Encoder blocks (BERT-base has 12).")
@@ -88,14 +83,7 @@ def stand_ins(parts):
 
 def main(argv):
     del argv
-    keras.config.set_dtype_policy("float32" if FLAGS.precision == "float32" else "mixed_bfloat16")
-    dtype = "bfloat16" if FLAGS.stored_weights and FLAGS.precision == "bfloat16" else None
-    config = BertConfig(num_hidden_layers=FLAGS.layers)
-    encoder = BertEncoder(**config.to_dict(), dtype=dtype)
-    rng = np.random.default_rng(0)
-    shape = (FLAGS.batch_size, FLAGS.seq_length)
-    x = {"input_word_ids": tf.constant(rng.integers(1000, 30000, shape), tf.int32),
-         "input_mask": tf.ones(shape, tf.int32), "input_type_ids": tf.zeros(shape, tf.int32)}
+    encoder, x = random_encoder(FLAGS.layers)
     forms, op_counts = {}, {}
     for form, parts in FORMS.items():
         forward = tf.function(lambda x: encoder(x, training=False)["sequence_output"])
@@ -103,20 +91,20 @@ def main(argv):
             graph = forward.get_concrete_function(x).graph.as_graph_def()  # traced here
         nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
         op_counts[form] = {op: sum(n.op == op for n in nodes) for op in COUNTED_OPS}
-        forms[form] = forward
-    times = {form: [] for form in forms}
-    for round_ in range(FLAGS.rounds):
-        for form, forward in (forms.items() if round_ % 2 else reversed(forms.items())):
-            start = time.perf_counter()
+
+        def run(forward=forward):
             for _ in range(FLAGS.steps):
                 forward(x).numpy()
-            times[form].append((time.perf_counter() - start) / FLAGS.steps * 1e3)
-    as_is = float(np.median(times["as_is"]))
-    report = {"precision": FLAGS.precision, "stored_weights": dtype is not None,
+
+        forms[form] = run
+    ms = {form: float(np.median(seconds)) / FLAGS.steps * 1e3
+          for form, seconds in time_alternating(forms, FLAGS.rounds).items()}  # fmt: skip
+    stored = FLAGS.stored_weights and FLAGS.precision == "bfloat16"
+    report = {"precision": FLAGS.precision, "stored_weights": stored,
               "batch_size": FLAGS.batch_size, "seq_length": FLAGS.seq_length,
               "layers": FLAGS.layers, "rounds": FLAGS.rounds, "op_counts": op_counts,
-              "ms_per_forward": {f: round(float(np.median(t)), 2) for f, t in times.items()},
-              "speedup": {f: round(as_is / float(np.median(t)), 3) for f, t in times.items()}}
+              "ms_per_forward": {form: round(t, 2) for form, t in ms.items()},
+              "speedup": {form: round(ms["as_is"] / t, 3) for form, t in ms.items()}}
     print(json.dumps(report, indent=2))
 
 

@@ -13,20 +13,15 @@ import json
 import re
 import tempfile
 
-import keras
-import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
+from benchmarks import define_forward_flags, random_encoder
 from benchmarks.profiling import op_times
-from keras_bert import BertClassifier, BertConfig, BertEncoder
+from keras_bert import BertClassifier
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("precision", "bfloat16", ["float32", "bfloat16"], "Compute precision.")
-flags.DEFINE_bool("stored_weights", False, "bfloat16 only: the weights stored in bfloat16 (what "
-                  "a bfloat16 export runs) rather than float32 weights cast on every call.")
-flags.DEFINE_integer("batch_size", 8, "Sequences per step.")
-flags.DEFINE_integer("seq_length", 128, "Tokens per sequence (no padding).")
+define_forward_flags()
 flags.DEFINE_enum("step", "forward", ["forward", "train_step"], "forward: the encoder alone; "
                   "train_step: a classifier's training step (AdamW, the fine-tuning recipe).")
 flags.DEFINE_integer("steps", 3, "Profiled steps (after 3 warm-up steps).")
@@ -35,13 +30,7 @@ flags.DEFINE_integer("top", 25, "Rows per table.")
 
 def main(argv):
     del argv
-    keras.config.set_dtype_policy("float32" if FLAGS.precision == "float32" else "mixed_bfloat16")
-    dtype = "bfloat16" if FLAGS.stored_weights and FLAGS.precision == "bfloat16" else None
-    encoder = BertEncoder(**BertConfig().to_dict(), dtype=dtype)
-    rng = np.random.default_rng(0)
-    shape = (FLAGS.batch_size, FLAGS.seq_length)
-    x = {"input_word_ids": tf.constant(rng.integers(1000, 30000, shape), tf.int32),
-         "input_mask": tf.ones(shape, tf.int32), "input_type_ids": tf.zeros(shape, tf.int32)}
+    encoder, x = random_encoder()
     if FLAGS.step == "forward":
         forward = tf.function(lambda x: encoder(x, training=False)["sequence_output"])
 
@@ -50,7 +39,7 @@ def main(argv):
     else:
         classifier = BertClassifier(encoder, preprocessor=None)  # token ids in
         classifier.compile(total_steps=10**6)
-        y = tf.zeros(shape[:1], tf.int32)
+        y = tf.zeros((FLAGS.batch_size,), tf.int32)
 
         def step():
             classifier.train_on_batch(x, y)
