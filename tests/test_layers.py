@@ -165,10 +165,11 @@ import json, sys
 import numpy as np, tensorflow as tf
 from tensorflow.python.util import _pywrap_util_port
 from benchmarks.profiling import op_times
-from keras_bert import BertEncoder
+from keras_bert import BertEncoder, layers
 if not _pywrap_util_port.IsMklEnabled():
     print(json.dumps(None))
     sys.exit()
+layers.FUSED_LAYER_NORM = 0  # every LayerNorm in its fused form, as BERT-base batches take it
 encoder = BertEncoder(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                       intermediate_size=64, max_position_embeddings=64)
 shape = (4, 64)  # 4 x 64 x 64 scores a head: above SMALL_ATTENTION, on oneDNN's kernels
@@ -183,9 +184,12 @@ print(json.dumps([op for _, op in op_times(sys.argv[1], 1)]))
 """
 
 
-def test_every_layers_attention_scale_and_mask_fuse_into_its_batched_product(tmp_path):
-    # Not a timing: which ops the optimised graph ran. The fusion hangs on the names Grappler
-    # sorts the ops' inputs by (layers.BertSelfAttention); without them 2 of 3 layers fused.
+def test_every_layers_attention_and_layer_norms_fuse_into_onednn_ops(tmp_path):
+    # Not a timing: which ops the optimised graph ran. The attention fusion hangs on the names
+    # Grappler sorts the ops' inputs by (layers.BertSelfAttention); without them 2 of 3 layers
+    # fused. The LayerNorm fusion (layers.BertLayerNorm) hangs on the shape of the graph around
+    # it: with attention's packing gathers replaced by reshapes (benchmarks/headroom.py) every
+    # block's LayerNorms ran as FusedBatchNormV3, Mul and AddV2 instead, 4 times as long.
     # In a process with oneDNN asked for: TensorFlow turns it on by itself only on CPUs with
     # AVX512 VNNI, BF16 or AMX, and the fusion is oneDNN's.
     done = subprocess.run([sys.executable, "-c", _FUSED_OPS, str(tmp_path)], cwd=ROOT, text=True,
@@ -197,6 +201,9 @@ def test_every_layers_attention_scale_and_mask_fuse_into_its_batched_product(tmp
         pytest.skip("this TensorFlow is built without oneDNN (not an x86 Linux or Windows "
                     "build): the fusion is oneDNN's")
     assert ops.count("_MklFusedBatchMatMulV2") == 3, sorted(set(ops))
+    # Two a block; the embeddings' LayerNorm, on a batch whose shape is known while tracing,
+    # is left to FusedBatchNormV3.
+    assert ops.count("_MklLayerNorm") == 6, sorted(set(ops))
 
 
 @pytest.mark.parametrize("fused", [False, True])
