@@ -210,7 +210,7 @@ def test_every_layers_attention_and_layer_norms_fuse_into_onednn_ops(tmp_path):
 def test_layer_norm_matches_keras_in_values_and_gradients(fused, monkeypatch):
     # Both of BertLayerNorm's forms (plain ops for small inputs, one fused op for large), in a
     # tf.function, where oneDNN's graph rewrite fuses the large form into one LayerNorm op.
-    monkeypatch.setattr(layers, "FUSED_LAYER_NORM", -1 if fused else 10**12)
+    monkeypatch.setattr(layers, "FUSED_LAYER_NORM", -1 if fused else 2**30)
     rng = np.random.default_rng(9)
     ours, keras_own = layers.layer_norm("ours"), keras.layers.LayerNormalization(epsilon=1e-12)
     gamma_and_beta = [rng.normal(size=24).astype("float32") for _ in range(2)]
