@@ -10,10 +10,10 @@ too (`none_of_them`: the gathers' rows as they are, which on a batch without pad
 is what the gathers compute). The gathers have no form of their own: with their stand-ins
 alone Grappler no longer fused the LayerNorms into oneDNN's LayerNorm op (the profiler showed
 FusedBatchNormV3, Mul and AddV2 in its place, 20 ms a step instead of 5; the cause was not
-found), and the forward ran 0.93x as fast. One process, each form its own `tf.function`, the
-forms in alternating order round
-after round; medians, and each form's speedup over the encoder as it is. `op_counts` shows
-that each stand-in took the place of the ops it names.
+found), and the forward ran 0.93x as fast. One process, each form its own `tf.function`, run
+once before the clock starts, the forms in alternating order round after round; medians, and
+each form's speedup over the encoder as it is. `op_counts` shows that each stand-in took the
+place of the ops it names.
 """
 
 import contextlib
@@ -91,6 +91,7 @@ def main(argv):
             graph = forward.get_concrete_function(x).graph.as_graph_def()  # traced here
         nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
         op_counts[form] = {op: sum(n.op == op for n in nodes) for op in COUNTED_OPS}
+        forward(x).numpy()  # the traced graph's first run: oneDNN builds its kernels
 
         def run(forward=forward):
             for _ in range(FLAGS.steps):
