@@ -50,12 +50,20 @@ def define_forward_flags():
     flags.DEFINE_integer("seq_length", 128, "Tokens per sequence (no padding).")
 
 
+def random_token_ids(rng, batch, seq):
+    """Encoder inputs for `batch` sequences of `seq` random token ids each, without padding."""
+    import tensorflow as tf
+
+    shape = (batch, seq)
+    return {"input_word_ids": tf.constant(rng.integers(1000, 30000, shape), tf.int32),
+            "input_mask": tf.ones(shape, tf.int32), "input_type_ids": tf.zeros(shape, tf.int32)}
+
+
 def random_encoder(num_hidden_layers=12):
     """A random BERT-base encoder (with `num_hidden_layers` blocks) as `define_forward_flags`
     asks, and a batch of token ids for it, without padding."""
     import keras
     import numpy as np
-    import tensorflow as tf
 
     from keras_bert import BertConfig, BertEncoder
 
@@ -64,8 +72,5 @@ def random_encoder(num_hidden_layers=12):
     stored = FLAGS.stored_weights and FLAGS.precision == "bfloat16"
     config = BertConfig(num_hidden_layers=num_hidden_layers)
     encoder = BertEncoder(**config.to_dict(), dtype="bfloat16" if stored else None)
-    rng = np.random.default_rng(0)
-    shape = (FLAGS.batch_size, FLAGS.seq_length)
-    x = {"input_word_ids": tf.constant(rng.integers(1000, 30000, shape), tf.int32),
-         "input_mask": tf.ones(shape, tf.int32), "input_type_ids": tf.zeros(shape, tf.int32)}
+    x = random_token_ids(np.random.default_rng(0), FLAGS.batch_size, FLAGS.seq_length)
     return encoder, x

@@ -16,6 +16,7 @@ each form's speedup over the encoder as it is. `op_counts` shows that each stand
 place of the ops it names.
 """
 
+import collections
 import contextlib
 import json
 
@@ -24,7 +25,7 @@ import tensorflow as tf
 from absl import app, flags
 
 from benchmarks import define_forward_flags, random_encoder, time_alternating
-from keras_bert import layers
+from keras_bert import layers, serving
 
 FLAGS = flags.FLAGS
 define_forward_flags()
@@ -89,8 +90,8 @@ def main(argv):
         forward = tf.function(lambda x: encoder(x, training=False)["sequence_output"])
         with stand_ins(parts):
             graph = forward.get_concrete_function(x).graph.as_graph_def()  # traced here
-        nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
-        op_counts[form] = {op: sum(n.op == op for n in nodes) for op in COUNTED_OPS}
+        types = collections.Counter(node.op for node in serving.graph_def_nodes(graph))
+        op_counts[form] = {op: types[op] for op in COUNTED_OPS}
         forward(x).numpy()  # the traced graph's first run: oneDNN builds its kernels
 
         def run(forward=forward):

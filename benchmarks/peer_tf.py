@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 
-from benchmarks import peer_worker, tf_serving_module
+from benchmarks import peer_worker, random_token_ids, tf_serving_module
 from benchmarks.peer_worker import (FINETUNE_STEPS_PER_STEP_FLAG, PRODUCTS_CALLS,
                                      SERVING_SENTENCES, minilm_products, sst2)
 
@@ -81,9 +81,7 @@ def encoder_jobs(opts):
     config = BertConfig()  # BERT-base
     batch, seq, steps = opts["batch_size"], opts["seq_length"], opts["steps"]
     rng = np.random.default_rng(0)
-    x = {"input_word_ids": tf.constant(rng.integers(1000, 30000, (batch, seq)), tf.int32),
-         "input_mask": tf.ones((batch, seq), tf.int32),
-         "input_type_ids": tf.zeros((batch, seq), tf.int32)}  # fmt: skip
+    x = random_token_ids(rng, batch, seq)
     y = tf.constant(rng.integers(0, 2, batch), tf.int32)
     tokens = batch * seq
     # A worker with TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (peers --onednn_frozen_weights) times what

@@ -95,12 +95,17 @@ def saved_model_proto(saved_model_dir):
     return proto
 
 
+def graph_def_nodes(graph_def):
+    """Every NodeDef of a GraphDef and of the functions in its library."""
+    yield from graph_def.node
+    for function in graph_def.library.function:
+        yield from function.node_def
+
+
 def graph_nodes(saved_model_dir):
     """Every NodeDef of a SavedModel's graphs and their function libraries."""
     for meta_graph in saved_model_proto(saved_model_dir).meta_graphs:
-        yield from meta_graph.graph_def.node
-        for function in meta_graph.graph_def.library.function:
-            yield from function.node_def
+        yield from graph_def_nodes(meta_graph.graph_def)
 
 
 def graph_ops(saved_model_dir):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_bert import serving
 from keras_bert.tokenizer import BertPacker, BertTokenizer
 
 from conftest import DATA, TINY_VOCAB, write_vocab
@@ -204,8 +205,7 @@ def test_graph_uses_only_core_ops_and_two_old_tf_text_ops():
         .get_concrete_function(spec, spec)
         .graph.as_graph_def()
     )
-    ops = {node.op for node in graph.node}
-    ops |= {node.op for function in graph.library.function for node in function.node_def}
+    ops = {node.op for node in serving.graph_def_nodes(graph)}
     not_core = {op for op in ops if not hasattr(tf.raw_ops, op)}
     assert not_core == {"NormalizeUTF8", "FastWordpieceTokenizeWithOffsets"}
 
