@@ -188,8 +188,9 @@ def test_every_layers_attention_and_layer_norms_fuse_into_onednn_ops(tmp_path):
     # Not a timing: which ops the optimised graph ran. The attention fusion hangs on the names
     # Grappler sorts the ops' inputs by (layers.BertSelfAttention); without them 2 of 3 layers
     # fused. The LayerNorm fusion (layers.BertLayerNorm) hangs on the shape of the graph around
-    # it: with attention's packing gathers replaced by reshapes (benchmarks/headroom.py) every
-    # block's LayerNorms ran as FusedBatchNormV3, Mul and AddV2 instead, 4 times as long.
+    # it: with attention's packing gathers alone replaced by reshapes (a form benchmarks/
+    # headroom.py leaves out for this reason) every block's LayerNorms ran as FusedBatchNormV3,
+    # Mul and AddV2 instead, 4 times as long.
     # In a process with oneDNN asked for: TensorFlow turns it on by itself only on CPUs with
     # AVX512 VNNI, BF16 or AMX, and the fusion is oneDNN's.
     done = subprocess.run([sys.executable, "-c", _FUSED_OPS, str(tmp_path)], cwd=ROOT, text=True,
