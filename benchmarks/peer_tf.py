@@ -23,6 +23,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_text  # noqa: E402,F401  (registers the tokenizer's ops for a loaded export)
 
+from benchmarks.ceiling import matmul_ceiling  # noqa: E402
+
 
 def realize(outputs):
     """Waits for a result by copying it out, as a caller of the model would."""
@@ -31,39 +33,6 @@ def realize(outputs):
 
 def policy_name(precision):
     return {"float32": "float32", "bfloat16": "mixed_bfloat16"}[precision]
-
-
-def matmul_ceiling(config, batch, seq, dtype):
-    """The forward pass's matrix products alone, bare, in `dtype`: what the hardware allows.
-
-    Every layer has weights of its own, as the encoder has (identical products would be
-    computed once by Grappler's common-subexpression elimination)."""
-    tokens, hidden, inner = batch * seq, config.hidden_size, config.intermediate_size
-    heads = config.num_attention_heads
-    rng = np.random.default_rng(0)
-
-    def random(*shape):
-        return tf.constant(rng.standard_normal(shape).astype(np.float32) * 0.05, dtype)
-
-    x, wide = random(tokens, hidden), random(tokens, inner)
-    layers = [{"square": [random(hidden, hidden) for _ in range(4)],  # query, key, value, output
-               "up": random(hidden, inner), "down": random(inner, hidden),
-               "heads": random(batch * heads, seq, hidden // heads),
-               "probs": random(batch * heads, seq, seq)}
-              for _ in range(config.num_hidden_layers)]  # fmt: skip
-
-    @tf.function
-    def run():
-        corners = []
-        for w in layers:
-            products = [tf.matmul(x, square) for square in w["square"]]
-            products += [tf.matmul(w["heads"], w["heads"], transpose_b=True),  # scores
-                         tf.matmul(w["probs"], w["heads"]),  # context
-                         tf.matmul(x, w["up"]), tf.matmul(wide, w["down"])]  # fmt: skip
-            corners += [tf.reshape(p, [-1])[0] for p in products]  # keeps every product alive
-        return tf.add_n(corners)
-
-    return run
 
 
 def forward_outputs(encoder, x):
@@ -95,8 +64,9 @@ def encoder_jobs(opts):
         classifier = keras_bert.BertClassifier(encoder, preprocessor=None)  # token ids in
         classifier.compile(total_steps=10**6)  # the fine-tuning recipe: AdamW, clipping, schedule
         forward = tf.function(lambda x, encoder=encoder: forward_outputs(encoder, x))
-        ceiling = matmul_ceiling(config, batch, seq, tf.float32 if precision == "float32"
-                                 else tf.bfloat16)  # fmt: skip
+        dtype = tf.float32 if precision == "float32" else tf.bfloat16
+        ceilings = {"": matmul_ceiling(config, batch, seq, dtype),
+                    "~in_order": matmul_ceiling(config, batch, seq, dtype, in_order=True)}
 
         def run_forward(forward=forward):
             for _ in range(steps):
@@ -116,12 +86,13 @@ def encoder_jobs(opts):
                 classifier.train_on_batch(x, y)
             return steps * tokens, "tokens"
 
-        def run_ceiling(ceiling=ceiling):
+        def run_ceiling(ceiling):
             for _ in range(steps):
                 realize(ceiling())
             return steps * tokens, "tokens"
 
-        jobs[f"{precision}/matmul_ceiling"] = run_ceiling
+        for variant, ceiling in ceilings.items():
+            jobs[f"{precision}/matmul_ceiling{variant}"] = functools.partial(run_ceiling, ceiling)
         if not frozen:
             jobs[f"{precision}/forward"] = run_forward
             jobs[f"{precision}/train_step"] = run_train

@@ -70,7 +70,8 @@ def test_a_frozen_weights_worker_offers_nothing_that_trains():
                "precisions": ["float32", "bfloat16"], "onednn_frozen_weights": True}
     env = {**os.environ, "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS": "1"}
     offered = offered_jobs(options, env)
-    assert sorted(offered) == ["bfloat16/forward~stored_weights", "bfloat16/matmul_ceiling"]
+    assert sorted(offered) == ["bfloat16/forward~stored_weights", "bfloat16/matmul_ceiling",
+                               "bfloat16/matmul_ceiling~in_order"]
 
 
 def test_the_products_bench_offers_each_precision():
@@ -173,3 +174,26 @@ def test_the_headroom_bench_times_each_form_without_the_ops_it_names():
     assert none["GatherNd"] == 1 and none["GatherV2"] <= counts["as_is"]["GatherV2"] - 2 * 3
     assert result["speedup"]["as_is"] == 1.0
     assert all(ms > 0 for ms in result["ms_per_forward"].values())
+
+
+def test_the_ceiling_runs_every_product_of_every_block(tmp_path):
+    # Which ops ran (not a timing). Grappler prunes what no output needs, even a product a
+    # control edge waits on: an early form of the in-order ceiling ran its last block alone.
+    import tensorflow as tf
+
+    from benchmarks.ceiling import matmul_ceiling
+    from benchmarks.profiling import op_times
+    from keras_bert import BertConfig
+
+    config = BertConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                        intermediate_size=64)  # fmt: skip
+    for in_order in (False, True):
+        run = matmul_ceiling(config, batch=2, seq=8, dtype=tf.float32, in_order=in_order)
+        run().numpy()
+        logdir = str(tmp_path / f"in_order={in_order}")
+        tf.profiler.experimental.start(logdir)
+        run().numpy()
+        tf.profiler.experimental.stop()
+        ops = [op for _, op in op_times(logdir, 1)]
+        # query, key, value, scores, context, output, up and down, a block
+        assert sum("MatMul" in op for op in ops) == 8 * 3, (in_order, sorted(ops))
