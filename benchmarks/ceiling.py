@@ -1,11 +1,24 @@
 """The bare matrix products of a BERT forward pass: the ceiling the encoder bench
-(benchmarks/peers.py --bench=encoder) measures the forward against."""
+(benchmarks/peers.py --bench=encoder) measures the forward against. As a script, its forms
+side by side, as JSON:
+
+    python -m benchmarks.ceiling [--precision bfloat16 --batch_size 8 --seq_length 128]
+
+BERT-base's products with nothing between them (`independent`, the encoder bench's ceiling) and
+in a forward pass's order (`in_order`), each with its weights in constants (as the encoder bench
+has them) and in variables (as a Keras model has them). One process, each form run once before
+the clock starts, the forms in alternating order round after round; medians, tokens/s, and each
+form's speed against the independent products from constants.
+"""
+
+import json
 
 import numpy as np
 import tensorflow as tf
+from absl import app, flags
 
 
-def matmul_ceiling(config, batch, seq, dtype, in_order=False):
+def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False):
     """The forward pass's matrix products alone, bare, in `dtype`: what the hardware allows.
 
     Every layer has weights of its own, as the encoder has (identical products would be
@@ -13,19 +26,23 @@ def matmul_ceiling(config, batch, seq, dtype, in_order=False):
     nothing, so TensorFlow's executor runs them two at a time (one a core, here). With
     `in_order`, each waits for the ones a forward pass computes it from: a block's query, key
     and value side by side once the block before is done, then its scores, context, output and
-    feed-forward products one after another. Timing only: the values mean nothing."""
+    feed-forward products one after another. The weights are constants, or with `variables`
+    variables. Timing only: the values mean nothing."""
     rng = np.random.default_rng(0)
     if in_order:
-        return _products_in_order(config, batch, seq, dtype, rng)
+        return _products_in_order(config, batch, seq, dtype, rng, variables)
     tokens, hidden, inner = batch * seq, config.hidden_size, config.intermediate_size
     heads = config.num_attention_heads
 
     def random(*shape):
         return tf.constant(rng.standard_normal(shape).astype(np.float32) * 0.05, dtype)
 
+    def weight(*shape):
+        return _as_variable(random(*shape), variables)
+
     x, wide = random(tokens, hidden), random(tokens, inner)
-    layers = [{"square": [random(hidden, hidden) for _ in range(4)],  # query, key, value, output
-               "up": random(hidden, inner), "down": random(inner, hidden),
+    layers = [{"square": [weight(hidden, hidden) for _ in range(4)],  # query, key, value, output
+               "up": weight(hidden, inner), "down": weight(inner, hidden),
                "heads": random(batch * heads, seq, hidden // heads),
                "probs": random(batch * heads, seq, seq)}
               for _ in range(config.num_hidden_layers)]  # fmt: skip
@@ -44,7 +61,11 @@ def matmul_ceiling(config, batch, seq, dtype, in_order=False):
     return run
 
 
-def _products_in_order(config, batch, seq, dtype, rng):
+def _as_variable(tensor, variables):
+    return tf.Variable(tensor, trainable=False) if variables else tensor
+
+
+def _products_in_order(config, batch, seq, dtype, rng, variables):
     """matmul_ceiling(..., in_order=True)."""
     tokens, hidden, inner = batch * seq, config.hidden_size, config.intermediate_size
     heads, head_size = config.num_attention_heads, hidden // config.num_attention_heads
@@ -53,7 +74,7 @@ def _products_in_order(config, batch, seq, dtype, rng):
         return tf.constant((rng.standard_normal((rows, columns)) * std).astype(np.float32), dtype)
 
     def weight(rows, columns, gain=1.0):  # outputs about as large as the inputs, times `gain`
-        return random(rows, columns, gain / np.sqrt(rows))
+        return _as_variable(random(rows, columns, gain / np.sqrt(rows)), variables)
 
     def as_heads(t):  # [tokens, hidden] as [batch * heads, seq, head size]; a reshape, no copy
         return tf.reshape(t, [batch * heads, seq, head_size])
@@ -81,3 +102,45 @@ def _products_in_order(config, batch, seq, dtype, rng):
         return tf.reshape(last, [-1])[0]
 
     return run
+
+
+def main(argv):
+    del argv
+    from benchmarks import time_alternating
+    from keras_bert import BertConfig
+
+    FLAGS = flags.FLAGS
+    dtype = tf.as_dtype(FLAGS.precision)
+    forms = {}
+    for order in ("independent", "in_order"):
+        for weights in ("constants", "variables"):
+            run = matmul_ceiling(BertConfig(num_hidden_layers=FLAGS.layers), FLAGS.batch_size,
+                                 FLAGS.seq_length, dtype, in_order=order == "in_order",
+                                 variables=weights == "variables")  # fmt: skip
+            run().numpy()  # the traced graph's first run: oneDNN builds its kernels
+
+            def timed(run=run):
+                for _ in range(FLAGS.steps):
+                    run().numpy()
+
+            forms[f"{order}/{weights}"] = timed
+    tokens = FLAGS.steps * FLAGS.batch_size * FLAGS.seq_length
+    per_s = {form: tokens / float(np.median(seconds))
+             for form, seconds in time_alternating(forms, FLAGS.rounds).items()}  # fmt: skip
+    base = per_s["independent/constants"]
+    report = {"precision": FLAGS.precision, "batch_size": FLAGS.batch_size,
+              "seq_length": FLAGS.seq_length, "layers": FLAGS.layers, "rounds": FLAGS.rounds,
+              "tokens_per_s": {form: round(rate, 1) for form, rate in per_s.items()},
+              "of_independent_constants": {form: round(rate / base, 3)
+                                           for form, rate in per_s.items()}}  # fmt: skip
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    flags.DEFINE_enum("precision", "bfloat16", ["float32", "bfloat16"], "The products' dtype.")
+    flags.DEFINE_integer("batch_size", 8, "Sequences per forward pass.")
+    flags.DEFINE_integer("seq_length", 128, "Tokens per sequence.")
+    flags.DEFINE_integer("layers", 12, "Encoder blocks (BERT-base has 12).")
+    flags.DEFINE_integer("rounds", 11, "Rounds; each times every form.")
+    flags.DEFINE_integer("steps", 3, "Runs a form is timed over, per round.")
+    app.run(main)

@@ -187,13 +187,27 @@ def test_the_ceiling_runs_every_product_of_every_block(tmp_path):
 
     config = BertConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                         intermediate_size=64)  # fmt: skip
-    for in_order in (False, True):
-        run = matmul_ceiling(config, batch=2, seq=8, dtype=tf.float32, in_order=in_order)
+    for in_order, variables in ((False, False), (True, False), (True, True)):
+        run = matmul_ceiling(config, batch=2, seq=8, dtype=tf.float32, in_order=in_order,
+                             variables=variables)  # fmt: skip
         run().numpy()
-        logdir = str(tmp_path / f"in_order={in_order}")
+        logdir = str(tmp_path / f"{in_order}-{variables}")
         tf.profiler.experimental.start(logdir)
         run().numpy()
         tf.profiler.experimental.stop()
         ops = [op for _, op in op_times(logdir, 1)]
         # query, key, value, scores, context, output, up and down, a block
-        assert sum("MatMul" in op for op in ops) == 8 * 3, (in_order, sorted(ops))
+        assert sum("MatMul" in op for op in ops) == 8 * 3, (in_order, variables, sorted(ops))
+
+
+def test_the_ceiling_bench_times_each_form():
+    bench = subprocess.run([sys.executable, "-m", "benchmarks.ceiling", "--layers=1",
+                            "--batch_size=1", "--seq_length=8", "--rounds=1", "--steps=1"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    report = json.loads(bench.stdout)
+    forms = ["independent/constants", "independent/variables", "in_order/constants",
+             "in_order/variables"]  # fmt: skip
+    assert sorted(report["tokens_per_s"]) == sorted(forms)
+    assert all(rate > 0 for rate in report["tokens_per_s"].values())
+    assert report["of_independent_constants"]["independent/constants"] == 1.0
