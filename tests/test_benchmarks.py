@@ -138,15 +138,19 @@ def test_onednn_variants_run_in_workers_with_that_setting():
                        [True, ["float32/products~onednn=1"]]]  # fmt: skip
 
 
+def bench_report(module, *args):
+    """The JSON a benchmarks script prints, run as a user runs it."""
+    bench = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", *args], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    return json.loads(bench.stdout)
+
+
 def test_the_load_bench_reports_an_exports_load_time_and_memory(tiny_checkpoint, tmp_path):
     import keras_bert
 
     path = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint).export(str(tmp_path / "m"))
-    bench = subprocess.run([sys.executable, "-m", "benchmarks.serving_load", f"--exports={path}",
-                            "--processes=1"], cwd=ROOT, capture_output=True, text=True,
-                           timeout=600)  # fmt: skip
-    assert bench.returncode == 0, bench.stderr[-3000:]
-    result = json.loads(bench.stdout)["results"][path]
+    result = bench_report("serving_load", f"--exports={path}", "--processes=1")["results"][path]
     assert result["load_s"] > 0 and result["first_answer_s"] > 0
     # A TensorFlow session and graph take tens of MiB at least; the peak is never below the end.
     assert 10 < result["rss_added_mib"] <= result["peak_rss_added_mib"]
@@ -157,11 +161,8 @@ def test_the_load_bench_reports_an_exports_load_time_and_memory(tiny_checkpoint,
 
 
 def test_the_headroom_bench_times_each_form_without_the_ops_it_names():
-    bench = subprocess.run([sys.executable, "-m", "benchmarks.headroom", "--layers=2",
-                            "--batch_size=2", "--seq_length=9", "--rounds=2", "--steps=1"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert bench.returncode == 0, bench.stderr[-3000:]
-    result = json.loads(bench.stdout)
+    result = bench_report("headroom", "--layers=2", "--batch_size=2", "--seq_length=9",
+                          "--rounds=2", "--steps=1")  # fmt: skip
     counts = result["op_counts"]
     # Two blocks: 4 swaps and 2 LayerNorms each; the stand-ins leave the embeddings' gathers
     # and the first packing alone.
@@ -201,11 +202,8 @@ def test_the_ceiling_runs_every_product_of_every_block(tmp_path):
 
 
 def test_the_ceiling_bench_times_each_form():
-    bench = subprocess.run([sys.executable, "-m", "benchmarks.ceiling", "--layers=1",
-                            "--batch_size=1", "--seq_length=8", "--rounds=1", "--steps=1"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert bench.returncode == 0, bench.stderr[-3000:]
-    report = json.loads(bench.stdout)
+    report = bench_report("ceiling", "--layers=1", "--batch_size=1", "--seq_length=8",
+                          "--rounds=1", "--steps=1")  # fmt: skip
     forms = ["independent/constants", "independent/variables", "in_order/constants",
              "in_order/variables"]  # fmt: skip
     assert sorted(report["tokens_per_s"]) == sorted(forms)
