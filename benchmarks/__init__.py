@@ -1,7 +1,9 @@
 """Throughput and latency scripts; each prints JSON (see README, Speed)."""
 
+import functools
 import glob
 import os
+import statistics
 import time
 
 from absl import app, flags
@@ -39,15 +41,44 @@ def tf_serving_module():
     return module
 
 
+def define_shape_flags():
+    """The flags of a BERT forward pass's precision and input shape."""
+    flags.DEFINE_enum("precision", "bfloat16", ["float32", "bfloat16"], "Compute precision.")
+    flags.DEFINE_integer("batch_size", 8, "Sequences per step.")
+    flags.DEFINE_integer("seq_length", 128, "Tokens per sequence (no padding).")
+
+
 def define_forward_flags():
     """The flags of the scripts that time or profile a random BERT-base encoder's forward pass
     (`random_encoder`)."""
-    flags.DEFINE_enum("precision", "bfloat16", ["float32", "bfloat16"], "Compute precision.")
+    define_shape_flags()
     flags.DEFINE_bool("stored_weights", False, "bfloat16 only: the weights stored in bfloat16 "
                       "(what a bfloat16 export runs) rather than float32 weights cast on every "
                       "call.")  # fmt: skip
-    flags.DEFINE_integer("batch_size", 8, "Sequences per step.")
-    flags.DEFINE_integer("seq_length", 128, "Tokens per sequence (no padding).")
+
+
+def define_forms_flags():
+    """The flags of the scripts that time forms of one computation side by side (`time_forms`)."""
+    flags.DEFINE_integer("rounds", 11, "Rounds; each times every form.")
+    flags.DEFINE_integer("steps", 3, "Calls a form is timed over, per round.")
+    flags.DEFINE_integer("layers", 12, "Encoder blocks (BERT-base has 12).")
+
+
+def time_forms(forms):
+    """{name: median seconds a call} of `forms` ({name: function returning a tensor}), as the
+    flags of `define_forms_flags` ask: each called once first (oneDNN builds its kernels on a
+    graph's first run), then `--steps` calls a round, the forms in alternating order."""
+    steps = flags.FLAGS.steps
+
+    def timed(form):
+        for _ in range(steps):
+            form().numpy()
+
+    for form in forms.values():
+        form().numpy()
+    rounds = time_alternating({name: functools.partial(timed, form)
+                               for name, form in forms.items()}, flags.FLAGS.rounds)  # fmt: skip
+    return {name: statistics.median(seconds) / steps for name, seconds in rounds.items()}
 
 
 def random_token_ids(rng, batch, seq):

@@ -17,6 +17,8 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
+from benchmarks import define_forms_flags, define_shape_flags, time_forms
+
 
 def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False):
     """The forward pass's matrix products alone, bare, in `dtype`: what the hardware allows.
@@ -106,27 +108,17 @@ def _products_in_order(config, batch, seq, dtype, rng, variables):
 
 def main(argv):
     del argv
-    from benchmarks import time_alternating
     from keras_bert import BertConfig
 
     FLAGS = flags.FLAGS
-    dtype = tf.as_dtype(FLAGS.precision)
-    forms = {}
-    for order in ("independent", "in_order"):
-        for weights in ("constants", "variables"):
-            run = matmul_ceiling(BertConfig(num_hidden_layers=FLAGS.layers), FLAGS.batch_size,
-                                 FLAGS.seq_length, dtype, in_order=order == "in_order",
-                                 variables=weights == "variables")  # fmt: skip
-            run().numpy()  # the traced graph's first run: oneDNN builds its kernels
-
-            def timed(run=run):
-                for _ in range(FLAGS.steps):
-                    run().numpy()
-
-            forms[f"{order}/{weights}"] = timed
-    tokens = FLAGS.steps * FLAGS.batch_size * FLAGS.seq_length
-    per_s = {form: tokens / float(np.median(seconds))
-             for form, seconds in time_alternating(forms, FLAGS.rounds).items()}  # fmt: skip
+    config = BertConfig(num_hidden_layers=FLAGS.layers)
+    forms = {f"{order}/{weights}": matmul_ceiling(
+                 config, FLAGS.batch_size, FLAGS.seq_length, tf.as_dtype(FLAGS.precision),
+                 in_order=order == "in_order", variables=weights == "variables")
+             for order in ("independent", "in_order")
+             for weights in ("constants", "variables")}  # fmt: skip
+    tokens = FLAGS.batch_size * FLAGS.seq_length
+    per_s = {form: tokens / seconds for form, seconds in time_forms(forms).items()}
     base = per_s["independent/constants"]
     report = {"precision": FLAGS.precision, "batch_size": FLAGS.batch_size,
               "seq_length": FLAGS.seq_length, "layers": FLAGS.layers, "rounds": FLAGS.rounds,
@@ -137,10 +129,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.DEFINE_enum("precision", "bfloat16", ["float32", "bfloat16"], "The products' dtype.")
-    flags.DEFINE_integer("batch_size", 8, "Sequences per forward pass.")
-    flags.DEFINE_integer("seq_length", 128, "Tokens per sequence.")
-    flags.DEFINE_integer("layers", 12, "Encoder blocks (BERT-base has 12).")
-    flags.DEFINE_integer("rounds", 11, "Rounds; each times every form.")
-    flags.DEFINE_integer("steps", 3, "Runs a form is timed over, per round.")
+    define_shape_flags()
+    define_forms_flags()
     app.run(main)

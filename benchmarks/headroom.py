@@ -18,20 +18,18 @@ place of the ops it names.
 
 import collections
 import contextlib
+import functools
 import json
 
-import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from benchmarks import define_forward_flags, random_encoder, time_alternating
+from benchmarks import define_forms_flags, define_forward_flags, random_encoder, time_forms
 from keras_bert import layers, serving
 
 FLAGS = flags.FLAGS
 define_forward_flags()
-flags.DEFINE_integer("rounds", 11, "Rounds; each times every form.")
-flags.DEFINE_integer("steps", 3, "Forward passes a form is timed over, per round.")
-flags.DEFINE_integer("layers", 12, "Encoder blocks (BERT-base has 12).")
+define_forms_flags()
 
 # The op types each part runs as, counted in each form's graph: the stand-ins must remove them.
 COUNTED_OPS = ("GatherV2", "GatherNd", "Transpose", "FusedBatchNormV3")
@@ -92,15 +90,8 @@ def main(argv):
             graph = forward.get_concrete_function(x).graph.as_graph_def()  # traced here
         types = collections.Counter(node.op for node in serving.graph_def_nodes(graph))
         op_counts[form] = {op: types[op] for op in COUNTED_OPS}
-        forward(x).numpy()  # the traced graph's first run: oneDNN builds its kernels
-
-        def run(forward=forward):
-            for _ in range(FLAGS.steps):
-                forward(x).numpy()
-
-        forms[form] = run
-    ms = {form: float(np.median(seconds)) / FLAGS.steps * 1e3
-          for form, seconds in time_alternating(forms, FLAGS.rounds).items()}  # fmt: skip
+        forms[form] = functools.partial(forward, x)
+    ms = {form: seconds * 1e3 for form, seconds in time_forms(forms).items()}
     stored = FLAGS.stored_weights and FLAGS.precision == "bfloat16"
     report = {"precision": FLAGS.precision, "stored_weights": stored,
               "batch_size": FLAGS.batch_size, "seq_length": FLAGS.seq_length,
