@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
+import benchmarks
 from benchmarks import define_forms_flags, define_shape_flags, time_forms
 
 
@@ -131,4 +132,5 @@ def main(argv):
 if __name__ == "__main__":
     define_shape_flags()
     define_forms_flags()
+    flags.adopt_module_key_flags(benchmarks)  # so that --help lists them
     app.run(main)

@@ -24,12 +24,14 @@ import json
 import tensorflow as tf
 from absl import app, flags
 
+import benchmarks
 from benchmarks import define_forms_flags, define_forward_flags, random_encoder, time_forms
 from keras_bert import layers, serving
 
 FLAGS = flags.FLAGS
 define_forward_flags()
 define_forms_flags()
+flags.adopt_module_key_flags(benchmarks)  # so that --help lists them
 
 # The op types each part runs as, counted in each form's graph: the stand-ins must remove them.
 COUNTED_OPS = ("GatherV2", "GatherNd", "Transpose", "FusedBatchNormV3")

@@ -16,12 +16,14 @@ import tempfile
 import tensorflow as tf
 from absl import app, flags
 
+import benchmarks
 from benchmarks import define_forward_flags, random_encoder
 from benchmarks.profiling import op_times
 from keras_bert import BertClassifier
 
 FLAGS = flags.FLAGS
 define_forward_flags()
+flags.adopt_module_key_flags(benchmarks)  # so that --help lists them
 flags.DEFINE_enum("step", "forward", ["forward", "train_step"], "forward: the encoder alone; "
                   "train_step: a classifier's training step (AdamW, the fine-tuning recipe).")
 flags.DEFINE_integer("steps", 3, "Profiled steps (after 3 warm-up steps).")

@@ -64,7 +64,11 @@ def test_encode_job_compares_sentences():
      ("tasks.ner", ["--train_file", "--dev_file", "--test_file", "--init_checkpoint",
                     "--output_dir", "--max_seq_length"]),
      ("tasks.quickstart", ["--classify", "--task_name", "--learning_rate"]),
-     ("exports.export", ["--run_dir", "--export_dir", "--model_name", "--hub_layout"])],
+     ("exports.export", ["--run_dir", "--export_dir", "--model_name", "--hub_layout"]),
+     # Benchmarks whose flags are defined in benchmarks/__init__.py, for several scripts.
+     ("benchmarks.profile_encoder", ["--precision", "--stored_weights", "--batch_size", "--step"]),
+     ("benchmarks.headroom", ["--precision", "--stored_weights", "--rounds", "--layers"]),
+     ("benchmarks.ceiling", ["--precision", "--seq_length", "--rounds", "--steps"])],
 )  # fmt: skip
 def test_help_explains_every_flag(module, flags):
     result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT,
