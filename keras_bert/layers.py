@@ -545,9 +545,9 @@ class BertTransformerBlock(keras.layers.Layer):
         rows of the second (in float32; in 16 bits, column blocks of the second too), on
         frozen copies of the weights (ColumnParts): the parts run side by side on TensorFlow's
         inter-op threads and join once a sublayer. The same numbers up to the rounding of
-        that join's sum; refused in training; 1 undoes it. Measured (README, Speed; 2 cores,
-        one thread per op, the bfloat16 export): a served sentence 1.25x as fast, a batch of
-        32 1.36x."""
+        that join's sum; refused in training; 1 undoes it. Measured (benchmarks/RESULTS.md; 2
+        cores, one thread per op, the bfloat16 export): a served sentence 1.25x as fast, a
+        batch of 32 1.36x."""
         attention_parts = self.attention._split(count)  # all checked before any is kept
         parts = None if count == 1 else column_parts.ColumnParts(
             count, intermediate=self.intermediate, output_dense=self.output_dense,

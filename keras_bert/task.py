@@ -480,7 +480,8 @@ class BertTask(keras.Model):
         TensorFlow's inter-op threads run side by side (`BertEncoder.split_columns`; the same
         numbers up to rounding, the export's weights stored as the parts); 1 keeps each product
         whole. The default: 2 where the heads and sizes split in two (every published BERT),
-        else 1; on 2 cores it serves a sentence about 1.2 times as fast (README, Speed).
+        else 1; on 2 cores it serves a sentence about 1.2 times as fast
+        (benchmarks/RESULTS.md).
 
         What is exported is a copy of the model whose encoder computes only the outputs the
         head reads (`ENCODER_OUTPUTS`): the same numbers, and a graph TF Serving prepares in
