@@ -38,7 +38,7 @@ def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False):
     heads = config.num_attention_heads
 
     def random(*shape):
-        return tf.constant(rng.standard_normal(shape).astype(np.float32) * 0.05, dtype)
+        return _random(rng, shape, 0.05, dtype)
 
     def weight(*shape):
         return _as_variable(random(*shape), variables)
@@ -64,6 +64,10 @@ def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False):
     return run
 
 
+def _random(rng, shape, std, dtype):
+    return tf.constant((rng.standard_normal(shape) * std).astype(np.float32), dtype)
+
+
 def _as_variable(tensor, variables):
     return tf.Variable(tensor, trainable=False) if variables else tensor
 
@@ -73,16 +77,13 @@ def _products_in_order(config, batch, seq, dtype, rng, variables):
     tokens, hidden, inner = batch * seq, config.hidden_size, config.intermediate_size
     heads, head_size = config.num_attention_heads, hidden // config.num_attention_heads
 
-    def random(rows, columns, std):
-        return tf.constant((rng.standard_normal((rows, columns)) * std).astype(np.float32), dtype)
-
     def weight(rows, columns, gain=1.0):  # outputs about as large as the inputs, times `gain`
-        return _as_variable(random(rows, columns, gain / np.sqrt(rows)), variables)
+        return _as_variable(_random(rng, (rows, columns), gain / np.sqrt(rows), dtype), variables)
 
     def as_heads(t):  # [tokens, hidden] as [batch * heads, seq, head size]; a reshape, no copy
         return tf.reshape(t, [batch * heads, seq, head_size])
 
-    x = random(tokens, hidden, 1.0)
+    x = _random(rng, (tokens, hidden), 1.0, dtype)
     context_gain = np.sqrt(head_size * seq)  # of scores (no softmax) by values
     layers = [{"query": weight(hidden, hidden), "key": weight(hidden, hidden),
                "value": weight(hidden, hidden), "output": weight(hidden, hidden, 1 / context_gain),
