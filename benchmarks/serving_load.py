@@ -66,8 +66,8 @@ def main(argv):
     runs = {export: [] for export in FLAGS.exports}
     for p in range(FLAGS.processes):
         for export in FLAGS.exports if p % 2 == 0 else FLAGS.exports[::-1]:
-            child = subprocess.run([sys.executable, "-m", "benchmarks.serving_load",
-                                    f"--child={export}"], capture_output=True, text=True)  # fmt: skip
+            command = [sys.executable, "-m", "benchmarks.serving_load", f"--child={export}"]
+            child = subprocess.run(command, capture_output=True, text=True)
             if child.returncode:
                 raise app.UsageError(f"loading {export} failed: "
                                      f"{(child.stderr.strip().splitlines() or ['?'])[-1]}")
