@@ -3,12 +3,13 @@
 side by side, as JSON:
 
     python -m benchmarks.ceiling [--precision bfloat16 --batch_size 8 --seq_length 128]
+    python -m benchmarks.ceiling --model=minilm --layers=6 ...   # MiniLM's widths
 
 BERT-base's products with nothing between them (`independent`, the encoder bench's ceiling) and
 in a forward pass's order (`in_order`), each with its weights in constants (as the encoder bench
 has them) and in variables (as a Keras model has them). One process, each form run once before
-the clock starts, the forms in alternating order round after round; medians, tokens/s, and each
-form's speed against the independent products from constants.
+the clock starts, the forms in alternating order round after round; medians, tokens/s, GFLOP/s
+(`product_flops`), and each form's speed against the independent products from constants.
 """
 
 import json
@@ -64,6 +65,20 @@ def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False):
     return run
 
 
+def product_flops(config, batch, seq):
+    """Floating-point operations of the products `matmul_ceiling` runs, 2 a multiply-add: each
+    block's query, key, value, output, up and down products on `batch * seq` tokens, and its
+    scores and context products over `seq` tokens a sequence."""
+    tokens, hidden, inner = batch * seq, config.hidden_size, config.intermediate_size
+    dense = 2 * tokens * (4 * hidden * hidden + 2 * hidden * inner)
+    attention = 2 * 2 * batch * seq * seq * hidden  # over all heads together
+    return config.num_hidden_layers * (dense + attention)
+
+
+# --model: the widths of the encoders this project measures (the blocks: --layers).
+MODELS = {"base": {}, "minilm": {"hidden_size": 384, "intermediate_size": 1536}}
+
+
 def _random(rng, shape, std, dtype):
     return tf.constant((rng.standard_normal(shape) * std).astype(np.float32), dtype)
 
@@ -113,7 +128,7 @@ def main(argv):
     from keras_bert import BertConfig
 
     FLAGS = flags.FLAGS
-    config = BertConfig(num_hidden_layers=FLAGS.layers)
+    config = BertConfig(num_hidden_layers=FLAGS.layers, **MODELS[FLAGS.model])
     forms = {f"{order}/{weights}": matmul_ceiling(
                  config, FLAGS.batch_size, FLAGS.seq_length, tf.as_dtype(FLAGS.precision),
                  in_order=order == "in_order", variables=weights == "variables")
@@ -122,15 +137,21 @@ def main(argv):
     tokens = FLAGS.batch_size * FLAGS.seq_length
     per_s = {form: tokens / seconds for form, seconds in time_forms(forms).items()}
     base = per_s["independent/constants"]
-    report = {"precision": FLAGS.precision, "batch_size": FLAGS.batch_size,
-              "seq_length": FLAGS.seq_length, "layers": FLAGS.layers, "rounds": FLAGS.rounds,
+    gflop = product_flops(config, FLAGS.batch_size, FLAGS.seq_length) / 1e9
+    report = {"model": FLAGS.model, "precision": FLAGS.precision,
+              "batch_size": FLAGS.batch_size, "seq_length": FLAGS.seq_length,
+              "layers": FLAGS.layers, "rounds": FLAGS.rounds, "gflop_per_call": round(gflop, 3),
               "tokens_per_s": {form: round(rate, 1) for form, rate in per_s.items()},
+              "gflop_per_s": {form: round(gflop * rate / tokens, 1)
+                              for form, rate in per_s.items()},
               "of_independent_constants": {form: round(rate / base, 3)
                                            for form, rate in per_s.items()}}  # fmt: skip
     print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
+    flags.DEFINE_enum("model", "base", sorted(MODELS), "Widths: BERT-base's (hidden 768, "
+                      "feed-forward 3072) or all-MiniLM-L6-v2's (384, 1536); 12 heads both.")
     define_shape_flags()
     define_forms_flags()
     flags.adopt_module_key_flags(benchmarks)  # so that --help lists them

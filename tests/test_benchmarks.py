@@ -1,6 +1,7 @@
 """benchmarks.peers' bookkeeping (the runs themselves need the bench extra's PyTorch)."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -182,7 +183,7 @@ def test_the_ceiling_runs_every_product_of_every_block(tmp_path):
     # control edge waits on: an early form of the in-order ceiling ran its last block alone.
     import tensorflow as tf
 
-    from benchmarks.ceiling import matmul_ceiling
+    from benchmarks.ceiling import matmul_ceiling, product_flops
     from benchmarks.profiling import op_times
     from keras_bert import BertConfig
 
@@ -199,13 +200,38 @@ def test_the_ceiling_runs_every_product_of_every_block(tmp_path):
         ops = [op for _, op in op_times(logdir, 1)]
         # query, key, value, scores, context, output, up and down, a block
         assert sum("MatMul" in op for op in ops) == 8 * 3, (in_order, variables, sorted(ops))
+        # The report's GFLOP/s counts exactly these products' work.
+        assert _graph_product_flops(run) == product_flops(config, 2, 8), (in_order, variables)
+
+
+def _graph_product_flops(function):
+    """2 m n k summed over the (batched) matrix products in `function`'s graph."""
+    flops = 0
+    for op in function.get_concrete_function().graph.get_operations():
+        if op.type in ("MatMul", "BatchMatMulV2", "BatchMatMulV3"):
+            a, b = (t.shape.as_list() for t in op.inputs)
+            adjoint_a = op.get_attr("transpose_a" if op.type == "MatMul" else "adj_x")
+            adjoint_b = op.get_attr("transpose_b" if op.type == "MatMul" else "adj_y")
+            rows, inner = a[-1:-3:-1] if adjoint_a else a[-2:]
+            columns = b[-2] if adjoint_b else b[-1]
+            flops += 2 * rows * inner * columns * math.prod(a[:-2])
+    return flops
 
 
 def test_the_ceiling_bench_times_each_form():
-    report = bench_report("ceiling", "--layers=1", "--batch_size=1", "--seq_length=8",
-                          "--rounds=1", "--steps=1")  # fmt: skip
+    from benchmarks.ceiling import product_flops
+    from keras_bert import BertConfig
+
+    report = bench_report("ceiling", "--model=minilm", "--layers=1", "--batch_size=1",
+                          "--seq_length=8", "--rounds=1", "--steps=1")  # fmt: skip
     forms = ["independent/constants", "independent/variables", "in_order/constants",
              "in_order/variables"]  # fmt: skip
     assert sorted(report["tokens_per_s"]) == sorted(forms)
     assert all(rate > 0 for rate in report["tokens_per_s"].values())
     assert report["of_independent_constants"]["independent/constants"] == 1.0
+    # MiniLM's widths, one block on 8 tokens: 2 x 8 x (4 x 384^2 + 2 x 384 x 1536) + 4 x 8^2 x 384.
+    minilm = BertConfig(hidden_size=384, intermediate_size=1536, num_hidden_layers=1)
+    assert report["gflop_per_call"] == round(product_flops(minilm, 1, 8) / 1e9, 3) == 0.028
+    for form, rate in report["tokens_per_s"].items():
+        assert math.isclose(report["gflop_per_s"][form], product_flops(minilm, 1, 8) / 1e9 *
+                            rate / 8, rel_tol=1e-3, abs_tol=0.1)  # fmt: skip
