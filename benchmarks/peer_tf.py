@@ -9,7 +9,8 @@ import sys
 
 from benchmarks import peer_worker, random_token_ids, tf_serving_module
 from benchmarks.peer_worker import (FINETUNE_STEPS_PER_STEP_FLAG, PRODUCTS_CALLS,
-                                     SERVING_SENTENCES, minilm_products, sst2)
+                                     SERVING_SENTENCES, checkpoint_folder,
+                                     checkpoint_products, sst2)
 
 CHANNEL = peer_worker.protocol_channel()
 
@@ -161,7 +162,8 @@ def products_jobs(opts):
     """A batch-1 call's dense products alone, in each of --precisions: constants (oneDNN keeps
     their reordered layout, as for a served export with frozen weights), product and bias
     fused."""
-    x, layers = minilm_products(opts["batch_size"], np.random.default_rng(0))
+    x, layers = checkpoint_products(checkpoint_folder(opts), opts["batch_size"],
+                                    np.random.default_rng(0))
 
     def job(dtype):
         inputs = tf.constant(x, dtype)

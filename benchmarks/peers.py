@@ -61,7 +61,8 @@ flags.DEFINE_string("export", None, "serving: the SavedModel version folder of a
                     "python -m tasks.quickstart).")
 flags.DEFINE_string("run_dir", os.path.join("runs", "quickstart"), "serving: the run the "
                     "export came from; the PyTorch side loads its weights.")
-flags.DEFINE_string("checkpoint", None, "finetune: checkpoint folder. Default: MiniLM.")
+flags.DEFINE_string("checkpoint", None, "finetune, tokenizer and products: the checkpoint "
+                    "folder (products: its config's widths). Default: MiniLM.")
 flags.DEFINE_string("output", None, "Also write the JSON report to this file.")
 flags.DEFINE_list("threads", [], "Threads each side computes an op with (TensorFlow's "
                   "intra-op threads, torch.set_num_threads), the same on both sides; 0 is each "

@@ -81,6 +81,23 @@ def test_the_products_bench_offers_each_precision():
     assert sorted(offered_jobs(options)) == ["bfloat16/products", "float32/products"]
 
 
+def test_the_products_bench_takes_its_widths_from_the_checkpoint(tiny_checkpoint, tmp_path):
+    # Both sides build the products from the checkpoint's config (the PyTorch worker cannot
+    # import keras_bert's), in the Hugging Face layout or the Google release's.
+    from benchmarks.peer_worker import checkpoint_products
+
+    with open(os.path.join(tiny_checkpoint, "config.json")) as f:
+        config = json.load(f)
+    google = {"hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 2}
+    (tmp_path / "bert_config.json").write_text(json.dumps(google))
+    for folder, c in ((tiny_checkpoint, config), (str(tmp_path), google)):
+        hidden, inner = c["hidden_size"], c["intermediate_size"]
+        x, layers = checkpoint_products(folder, 5, np.random.default_rng(0))
+        assert x.shape == (5, hidden)
+        block = [(hidden, hidden, hidden)] * 4 + [(hidden, inner, inner), (inner, hidden, hidden)]
+        assert [w.shape + b.shape for w, b in layers] == c["num_hidden_layers"] * block
+
+
 def test_the_finetune_bench_offers_only_the_precisions_asked_for(tiny_checkpoint):
     # bfloat16 fine-tuning takes minutes a step on a CPU without bfloat16 instructions.
     options = {"bench": "finetune", "batch_size": 2, "steps": 1, "checkpoint": tiny_checkpoint}
