@@ -6,8 +6,9 @@ side by side, as JSON:
     python -m benchmarks.ceiling --model=minilm --layers=6 ...   # MiniLM's widths
 
 BERT-base's products with nothing between them (`independent`, the encoder bench's ceiling) and
-in a forward pass's order (`in_order`), each with its weights in constants (as the encoder bench
-has them) and in variables (as a Keras model has them). One process, each form run once before
+in a forward pass's order (`in_order`; with `--column_parts`, also `in_column_parts`, in the
+parts an export computes side by side), each with its weights in constants (as the encoder
+bench has them) and in variables (as a Keras model has them). One process, each form run once before
 the clock starts, the forms in alternating order round after round; medians, tokens/s, GFLOP/s
 (`product_flops`), and each form's speed against the independent products from constants.
 """
@@ -22,7 +23,7 @@ import benchmarks
 from benchmarks import define_forms_flags, define_shape_flags, time_forms
 
 
-def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False):
+def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False, column_parts=1):
     """The forward pass's matrix products alone, bare, in `dtype`: what the hardware allows.
 
     Every layer has weights of its own, as the encoder has (identical products would be
@@ -30,11 +31,18 @@ def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False):
     nothing, so TensorFlow's executor runs them two at a time (one a core, here). With
     `in_order`, each waits for the ones a forward pass computes it from: a block's query, key
     and value side by side once the block before is done, then its scores, context, output and
-    feed-forward products one after another. The weights are constants, or with `variables`
-    variables. Timing only: the values mean nothing."""
+    feed-forward products one after another. In order, `column_parts` > 1 computes each block
+    as a float32 export does (`split_columns`; a 16-bit one cuts the output and down products
+    in column blocks instead, after a join): its heads in that many groups side by side, each from
+    its own columns of the query, key and value weights, and each feed-forward part from its
+    own columns of the first weight; the output and down products as the sum of each part's
+    product with its own rows of the weight. The same products, cut in parts. The weights are
+    constants, or with `variables` variables. Timing only: the values mean nothing."""
     rng = np.random.default_rng(0)
     if in_order:
-        return _products_in_order(config, batch, seq, dtype, rng, variables)
+        return _products_in_order(config, batch, seq, dtype, rng, variables, column_parts)
+    if column_parts != 1:
+        raise ValueError("column_parts: in order only")
     tokens, hidden, inner = batch * seq, config.hidden_size, config.intermediate_size
     heads = config.num_attention_heads
 
@@ -87,22 +95,32 @@ def _as_variable(tensor, variables):
     return tf.Variable(tensor, trainable=False) if variables else tensor
 
 
-def _products_in_order(config, batch, seq, dtype, rng, variables):
-    """matmul_ceiling(..., in_order=True)."""
+def _products_in_order(config, batch, seq, dtype, rng, variables, parts):
+    """matmul_ceiling(..., in_order=True, column_parts=parts)."""
     tokens, hidden, inner = batch * seq, config.hidden_size, config.intermediate_size
     heads, head_size = config.num_attention_heads, hidden // config.num_attention_heads
+    if heads % parts or inner % parts:
+        raise ValueError(f"column_parts={parts} does not divide {heads} heads and {inner} "
+                         "feed-forward columns")  # fmt: skip
 
-    def weight(rows, columns, gain=1.0):  # outputs about as large as the inputs, times `gain`
-        return _as_variable(_random(rng, (rows, columns), gain / np.sqrt(rows), dtype), variables)
+    def weight(rows, columns, gain=1.0, axis=1):
+        """The weight's `parts` column (axis 1) or row (axis 0) blocks, outputs about as large
+        as the inputs, times `gain`."""
+        full = _random(rng, (rows, columns), gain / np.sqrt(rows), dtype)
+        return [_as_variable(block, variables) for block in tf.split(full, parts, axis)]
 
-    def as_heads(t):  # [tokens, hidden] as [batch * heads, seq, head size]; a reshape, no copy
-        return tf.reshape(t, [batch * heads, seq, head_size])
+    def as_heads(t):  # [tokens, a part's width] as [batch * its heads, seq, head size]; no copy
+        return tf.reshape(t, [batch * heads // parts, seq, head_size])
+
+    def total(products):  # the row parts' sum
+        return products[0] if parts == 1 else tf.add_n(products)
 
     x = _random(rng, (tokens, hidden), 1.0, dtype)
     context_gain = np.sqrt(head_size * seq)  # of scores (no softmax) by values
     layers = [{"query": weight(hidden, hidden), "key": weight(hidden, hidden),
-               "value": weight(hidden, hidden), "output": weight(hidden, hidden, 1 / context_gain),
-               "up": weight(hidden, inner), "down": weight(inner, hidden)}
+               "value": weight(hidden, hidden),
+               "output": weight(hidden, hidden, 1 / context_gain, axis=0),
+               "up": weight(hidden, inner), "down": weight(inner, hidden, axis=0)}
               for _ in range(config.num_hidden_layers)]  # fmt: skip
 
     @tf.function
@@ -112,12 +130,17 @@ def _products_in_order(config, batch, seq, dtype, rng, variables):
         # block, to inf; and a block whose output only a control edge needed would be pruned.
         last = x
         for w in layers:
-            query = tf.matmul(last, w["query"])
-            with tf.control_dependencies([last]):
-                key, value = tf.matmul(x, w["key"]), tf.matmul(x, w["value"])
-            scores = tf.matmul(as_heads(query), as_heads(key), transpose_b=True)
-            context = tf.reshape(tf.matmul(scores, as_heads(value)), [tokens, hidden])
-            last = tf.matmul(tf.matmul(tf.matmul(context, w["output"]), w["up"]), w["down"])
+            contexts = []
+            for query_w, key_w, value_w in zip(w["query"], w["key"], w["value"]):
+                query = tf.matmul(last, query_w)
+                with tf.control_dependencies([last]):
+                    key, value = tf.matmul(x, key_w), tf.matmul(x, value_w)
+                scores = tf.matmul(as_heads(query), as_heads(key), transpose_b=True)
+                context = tf.matmul(scores, as_heads(value))
+                contexts.append(tf.reshape(context, [tokens, hidden // parts]))
+            attended = total([tf.matmul(c, o) for c, o in zip(contexts, w["output"])])
+            last = total([tf.matmul(tf.matmul(attended, up), down)
+                          for up, down in zip(w["up"], w["down"])])  # fmt: skip
         return tf.reshape(last, [-1])[0]
 
     return run
@@ -128,19 +151,31 @@ def main(argv):
     from keras_bert import BertConfig
 
     FLAGS = flags.FLAGS
+    if FLAGS.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
     config = BertConfig(num_hidden_layers=FLAGS.layers, **MODELS[FLAGS.model])
-    forms = {f"{order}/{weights}": matmul_ceiling(
-                 config, FLAGS.batch_size, FLAGS.seq_length, tf.as_dtype(FLAGS.precision),
-                 in_order=order == "in_order", variables=weights == "variables")
-             for order in ("independent", "in_order")
-             for weights in ("constants", "variables")}  # fmt: skip
+    orders = {"independent": (False, 1), "in_order": (True, 1)}
+    if FLAGS.column_parts > 1:
+        orders["in_column_parts"] = (True, FLAGS.column_parts)
+    elif FLAGS.column_parts < 1:
+        raise app.UsageError(f"--column_parts must be at least 1, got {FLAGS.column_parts}")
+    try:
+        forms = {f"{order}/{weights}": matmul_ceiling(
+                     config, FLAGS.batch_size, FLAGS.seq_length, tf.as_dtype(FLAGS.precision),
+                     in_order=in_order, variables=weights == "variables", column_parts=parts)
+                 for order, (in_order, parts) in orders.items()
+                 for weights in ("constants", "variables")}  # fmt: skip
+    except ValueError as e:
+        raise app.UsageError(f"--column_parts: {e}") from None
     tokens = FLAGS.batch_size * FLAGS.seq_length
     per_s = {form: tokens / seconds for form, seconds in time_forms(forms).items()}
     base = per_s["independent/constants"]
     gflop = product_flops(config, FLAGS.batch_size, FLAGS.seq_length) / 1e9
     report = {"model": FLAGS.model, "precision": FLAGS.precision,
               "batch_size": FLAGS.batch_size, "seq_length": FLAGS.seq_length,
-              "layers": FLAGS.layers, "rounds": FLAGS.rounds, "gflop_per_call": round(gflop, 3),
+              "layers": FLAGS.layers, "column_parts": FLAGS.column_parts,
+              "intra_op_threads": FLAGS.intra_op_threads, "rounds": FLAGS.rounds,
+              "gflop_per_call": round(gflop, 3),
               "tokens_per_s": {form: round(rate, 1) for form, rate in per_s.items()},
               "gflop_per_s": {form: round(gflop * rate / tokens, 1)
                               for form, rate in per_s.items()},
@@ -152,6 +187,11 @@ def main(argv):
 if __name__ == "__main__":
     flags.DEFINE_enum("model", "base", sorted(MODELS), "Widths: BERT-base's (hidden 768, "
                       "feed-forward 3072) or all-MiniLM-L6-v2's (384, 1536); 12 heads both.")
+    flags.DEFINE_integer("column_parts", 1, "Also time the products in a forward's order in "
+                         "this many column parts side by side, as an export computes them "
+                         "(form in_column_parts; exports/export.py --column_parts).")
+    flags.DEFINE_integer("intra_op_threads", 0, "Threads each product runs on (0: TensorFlow's "
+                         "choice, one a core). A batch-1 export serves fastest on 1.")
     define_shape_flags()
     define_forms_flags()
     flags.adopt_module_key_flags(benchmarks)  # so that --help lists them

@@ -206,19 +206,24 @@ def test_the_ceiling_runs_every_product_of_every_block(tmp_path):
 
     config = BertConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                         intermediate_size=64)  # fmt: skip
-    for in_order, variables in ((False, False), (True, False), (True, True)):
+    for in_order, variables, parts in ((False, False, 1), (True, False, 1), (True, True, 1),
+                                       (True, True, 2)):  # fmt: skip
         run = matmul_ceiling(config, batch=2, seq=8, dtype=tf.float32, in_order=in_order,
-                             variables=variables)  # fmt: skip
+                             variables=variables, column_parts=parts)  # fmt: skip
         run().numpy()
-        logdir = str(tmp_path / f"{in_order}-{variables}")
+        logdir = str(tmp_path / f"{in_order}-{variables}-{parts}")
         tf.profiler.experimental.start(logdir)
         run().numpy()
         tf.profiler.experimental.stop()
         ops = [op for _, op in op_times(logdir, 1)]
-        # query, key, value, scores, context, output, up and down, a block
-        assert sum("MatMul" in op for op in ops) == 8 * 3, (in_order, variables, sorted(ops))
-        # The report's GFLOP/s counts exactly these products' work.
-        assert _graph_product_flops(run) == product_flops(config, 2, 8), (in_order, variables)
+        # query, key, value, scores, context, output, up and down, a block, in each part;
+        # the parts' output and down products summed (two AddN a block; the independent
+        # products' one AddN keeps them all alive)
+        form = (in_order, variables, parts, sorted(ops))
+        assert sum("MatMul" in op for op in ops) == 8 * 3 * parts, form
+        assert sum(op == "AddN" for op in ops) == (2 * 3 if parts > 1 else not in_order), form
+        # The report's GFLOP/s counts exactly these products' work: parts cut, add nothing.
+        assert _graph_product_flops(run) == product_flops(config, 2, 8), form
 
 
 def _graph_product_flops(function):
@@ -240,10 +245,12 @@ def test_the_ceiling_bench_times_each_form():
     from keras_bert import BertConfig
 
     report = bench_report("ceiling", "--model=minilm", "--layers=1", "--batch_size=1",
-                          "--seq_length=8", "--rounds=1", "--steps=1")  # fmt: skip
-    forms = ["independent/constants", "independent/variables", "in_order/constants",
-             "in_order/variables"]  # fmt: skip
+                          "--seq_length=8", "--rounds=1", "--steps=1", "--column_parts=2",
+                          "--intra_op_threads=1")  # fmt: skip
+    forms = [f"{order}/{weights}" for order in ("independent", "in_order", "in_column_parts")
+             for weights in ("constants", "variables")]  # fmt: skip
     assert sorted(report["tokens_per_s"]) == sorted(forms)
+    assert report["column_parts"] == 2 and report["intra_op_threads"] == 1
     assert all(rate > 0 for rate in report["tokens_per_s"].values())
     assert report["of_independent_constants"]["independent/constants"] == 1.0
     # MiniLM's widths, one block on 8 tokens: 2 x 8 x (4 x 384^2 + 2 x 384 x 1536) + 4 x 8^2 x 384.
