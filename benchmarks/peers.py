@@ -14,6 +14,7 @@
     python -m benchmarks.peers --bench=finetune     # fine-tuning MiniLM on SST-2, examples/s
     python -m benchmarks.peers --bench=products --threads=1,2
                                                     # a 25-token sentence's dense products alone
+        [--onednn_frozen_weights]                   # ... also with oneDNN's weights kept
 
 Each side runs in a worker process (benchmarks/peer_tf.py, benchmarks/peer_torch.py) that sets
 up once and then times one job at a time when asked. This process asks the two sides in turn,
@@ -79,7 +80,8 @@ flags.DEFINE_bool("onednn_frozen_weights", False, "serving: run the keras_bert s
                   "recommends for bfloat16 exports (oneDNN keeps its reordered weights between "
                   "calls). encoder: also run a keras_bert worker with it, in the same rounds, "
                   "that times the bfloat16 forward with stored weights (what such an export "
-                  "runs) and the ceiling, its jobs named X~frozen_weights.")
+                  "runs) and the ceiling, its jobs named X~frozen_weights. products: the "
+                  "same, a worker whose products run with it.")
 
 SIDES = ("keras_bert", "pytorch")
 
@@ -120,9 +122,9 @@ class Worker:
 
 
 def options():
-    if FLAGS.onednn_frozen_weights and FLAGS.bench not in ("serving", "encoder"):
-        raise app.UsageError(f"--onednn_frozen_weights: for --bench=serving or encoder, "
-                             f"not {FLAGS.bench}")  # fmt: skip
+    if FLAGS.onednn_frozen_weights and FLAGS.bench not in ("serving", "encoder", "products"):
+        raise app.UsageError(f"--onednn_frozen_weights: for --bench=serving, encoder or "
+                             f"products, not {FLAGS.bench}")  # fmt: skip
     if not FLAGS.precisions or set(FLAGS.precisions) - {"float32", "bfloat16"}:
         raise app.UsageError(f"--precisions={','.join(FLAGS.precisions)}: give float32, "
                              "bfloat16 or both")  # fmt: skip
@@ -190,14 +192,14 @@ def main(argv):
     workers = []  # (side, worker): a worker per side and thread setting (and variant)
     for threads in settings:
         suffix = f"~threads={threads}" if len(settings) > 1 else ""
-        # serving: keras_bert's worker runs with the setting; encoder: a third worker does.
+        # serving: keras_bert's worker runs with the setting; encoder, products: a third does.
         frozen = opts["onednn_frozen_weights"]
         variants = [("keras_bert", {"onednn_frozen_weights": frozen and opts["bench"] == "serving",
                                     "onednn": onednn},
                      suffix + (f"~onednn={onednn}" if onednn is not None else ""))
                     for onednn in opts["onednn"]]  # fmt: skip
         variants.append(("pytorch", {}, suffix))
-        if frozen and opts["bench"] == "encoder":
+        if frozen and opts["bench"] in ("encoder", "products"):
             variants.append(("keras_bert", {"onednn_frozen_weights": True, "onednn": None},
                              suffix + "~frozen_weights"))  # fmt: skip
         for side, changes, name in variants:  # one at a time: each set-up uses both cores
