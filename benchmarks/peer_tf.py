@@ -159,9 +159,10 @@ def serving_jobs(opts):
 
 
 def products_jobs(opts):
-    """A batch-1 call's dense products alone, in each of --precisions: constants (oneDNN keeps
-    their reordered layout, as for a served export with frozen weights), product and bias
-    fused."""
+    """A batch-1 call's dense products alone, in each of --precisions, product and bias fused,
+    the weights in constants. oneDNN reorders them on every call, unless the worker runs with
+    TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (peers --onednn_frozen_weights), as a served bfloat16
+    export does."""
     x, layers = checkpoint_products(checkpoint_folder(opts), opts["batch_size"],
                                     np.random.default_rng(0))
 
