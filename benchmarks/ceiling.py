@@ -32,12 +32,13 @@ def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False, c
     `in_order`, each waits for the ones a forward pass computes it from: a block's query, key
     and value side by side once the block before is done, then its scores, context, output and
     feed-forward products one after another. In order, `column_parts` > 1 computes each block
-    as a float32 export does (`split_columns`; a 16-bit one cuts the output and down products
-    in column blocks instead, after a join): its heads in that many groups side by side, each from
+    as an export does (`split_columns`): its heads in that many groups side by side, each from
     its own columns of the query, key and value weights, and each feed-forward part from its
-    own columns of the first weight; the output and down products as the sum of each part's
-    product with its own rows of the weight. The same products, cut in parts. The weights are
-    constants, or with `variables` variables. Timing only: the values mean nothing."""
+    own columns of the first weight; then, in float32, the output and down products as the sum
+    of each part's product with its own rows of the weight, and in bfloat16 the parts joined
+    (a concat) and each of those products cut in column blocks again, joined once more. The
+    same products, cut in parts. The weights are constants, or with `variables` variables.
+    Timing only: the values mean nothing."""
     rng = np.random.default_rng(0)
     if in_order:
         return _products_in_order(config, batch, seq, dtype, rng, variables, column_parts)
@@ -112,15 +113,26 @@ def _products_in_order(config, batch, seq, dtype, rng, variables, parts):
     def as_heads(t):  # [tokens, a part's width] as [batch * its heads, seq, head size]; no copy
         return tf.reshape(t, [batch * heads // parts, seq, head_size])
 
-    def total(products):  # the row parts' sum
-        return products[0] if parts == 1 else tf.add_n(products)
+    # A sublayer's second product (output, down) from its first's column blocks: in float32,
+    # each block times its own rows of the weight, summed; in 16 bits, where each partial
+    # product would be rounded before the sum, the blocks joined, then column blocks again.
+    row_parts = dtype == tf.float32
+
+    def second(blocks, weights):
+        if parts == 1:
+            return tf.matmul(blocks[0], weights[0])
+        if row_parts:
+            return tf.add_n([tf.matmul(b, w) for b, w in zip(blocks, weights)])
+        joined = tf.concat(blocks, axis=-1)
+        return tf.concat([tf.matmul(joined, w) for w in weights], axis=-1)
 
     x = _random(rng, (tokens, hidden), 1.0, dtype)
     context_gain = np.sqrt(head_size * seq)  # of scores (no softmax) by values
     layers = [{"query": weight(hidden, hidden), "key": weight(hidden, hidden),
                "value": weight(hidden, hidden),
-               "output": weight(hidden, hidden, 1 / context_gain, axis=0),
-               "up": weight(hidden, inner), "down": weight(inner, hidden, axis=0)}
+               "output": weight(hidden, hidden, 1 / context_gain, axis=0 if row_parts else 1),
+               "up": weight(hidden, inner),
+               "down": weight(inner, hidden, axis=0 if row_parts else 1)}
               for _ in range(config.num_hidden_layers)]  # fmt: skip
 
     @tf.function
@@ -138,9 +150,8 @@ def _products_in_order(config, batch, seq, dtype, rng, variables, parts):
                 scores = tf.matmul(as_heads(query), as_heads(key), transpose_b=True)
                 context = tf.matmul(scores, as_heads(value))
                 contexts.append(tf.reshape(context, [tokens, hidden // parts]))
-            attended = total([tf.matmul(c, o) for c, o in zip(contexts, w["output"])])
-            last = total([tf.matmul(tf.matmul(attended, up), down)
-                          for up, down in zip(w["up"], w["down"])])  # fmt: skip
+            attended = second(contexts, w["output"])
+            last = second([tf.matmul(attended, up) for up in w["up"]], w["down"])
         return tf.reshape(last, [-1])[0]
 
     return run

@@ -206,22 +206,30 @@ def test_the_ceiling_runs_every_product_of_every_block(tmp_path):
 
     config = BertConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                         intermediate_size=64)  # fmt: skip
-    for in_order, variables, parts in ((False, False, 1), (True, False, 1), (True, True, 1),
-                                       (True, True, 2)):  # fmt: skip
-        run = matmul_ceiling(config, batch=2, seq=8, dtype=tf.float32, in_order=in_order,
+    for in_order, variables, parts, dtype in ((False, False, 1, tf.float32),
+                                              (True, False, 1, tf.float32),
+                                              (True, True, 1, tf.float32),
+                                              (True, True, 2, tf.float32),
+                                              (True, True, 2, tf.bfloat16)):  # fmt: skip
+        run = matmul_ceiling(config, batch=2, seq=8, dtype=dtype, in_order=in_order,
                              variables=variables, column_parts=parts)  # fmt: skip
         run().numpy()
-        logdir = str(tmp_path / f"{in_order}-{variables}-{parts}")
+        logdir = str(tmp_path / f"{in_order}-{variables}-{parts}-{dtype.name}")
         tf.profiler.experimental.start(logdir)
         run().numpy()
         tf.profiler.experimental.stop()
         ops = [op for _, op in op_times(logdir, 1)]
-        # query, key, value, scores, context, output, up and down, a block, in each part;
-        # the parts' output and down products summed (two AddN a block; the independent
-        # products' one AddN keeps them all alive)
-        form = (in_order, variables, parts, sorted(ops))
+        # query, key, value, scores, context, output, up and down, a block, in each part.
+        # In parts, the output and down products are summed from row parts in float32 (two
+        # AddN a block), and in bfloat16 joined before and after (four concats a block). The
+        # independent products' one AddN keeps them all alive.
+        form = (in_order, variables, parts, dtype.name, sorted(ops))
+        split = parts > 1
         assert sum("MatMul" in op for op in ops) == 8 * 3 * parts, form
-        assert sum(op == "AddN" for op in ops) == (2 * 3 if parts > 1 else not in_order), form
+        assert sum(op == "AddN" for op in ops) == (
+            2 * 3 if split and dtype == tf.float32 else not in_order), form
+        assert sum(op == "ConcatV2" for op in ops) == (
+            4 * 3 if split and dtype == tf.bfloat16 else 0), form
         # The report's GFLOP/s counts exactly these products' work: parts cut, add nothing.
         assert _graph_product_flops(run) == product_flops(config, 2, 8), form
 
