@@ -98,11 +98,11 @@ def _as_variable(tensor, variables):
 
 def _products_in_order(config, batch, seq, dtype, rng, variables, parts):
     """matmul_ceiling(..., in_order=True, column_parts=parts)."""
+    from keras_bert.column_parts import check_column_parts
+
     tokens, hidden, inner = batch * seq, config.hidden_size, config.intermediate_size
     heads, head_size = config.num_attention_heads, hidden // config.num_attention_heads
-    if heads % parts or inner % parts:
-        raise ValueError(f"column_parts={parts} does not divide {heads} heads and {inner} "
-                         "feed-forward columns")  # fmt: skip
+    check_column_parts(config, parts)  # as an export checks its own
 
     def weight(rows, columns, gain=1.0, axis=1):
         """The weight's `parts` column (axis 1) or row (axis 0) blocks, outputs about as large
@@ -160,24 +160,24 @@ def _products_in_order(config, batch, seq, dtype, rng, variables, parts):
 def main(argv):
     del argv
     from keras_bert import BertConfig
+    from keras_bert.column_parts import check_column_parts
 
     FLAGS = flags.FLAGS
     if FLAGS.intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
     config = BertConfig(num_hidden_layers=FLAGS.layers, **MODELS[FLAGS.model])
+    try:
+        check_column_parts(config, FLAGS.column_parts)
+    except ValueError as e:
+        raise app.UsageError(f"--column_parts={FLAGS.column_parts}: {e}") from None
     orders = {"independent": (False, 1), "in_order": (True, 1)}
     if FLAGS.column_parts > 1:
         orders["in_column_parts"] = (True, FLAGS.column_parts)
-    elif FLAGS.column_parts < 1:
-        raise app.UsageError(f"--column_parts must be at least 1, got {FLAGS.column_parts}")
-    try:
-        forms = {f"{order}/{weights}": matmul_ceiling(
-                     config, FLAGS.batch_size, FLAGS.seq_length, tf.as_dtype(FLAGS.precision),
-                     in_order=in_order, variables=weights == "variables", column_parts=parts)
-                 for order, (in_order, parts) in orders.items()
-                 for weights in ("constants", "variables")}  # fmt: skip
-    except ValueError as e:
-        raise app.UsageError(f"--column_parts: {e}") from None
+    forms = {f"{order}/{weights}": matmul_ceiling(
+                 config, FLAGS.batch_size, FLAGS.seq_length, tf.as_dtype(FLAGS.precision),
+                 in_order=in_order, variables=weights == "variables", column_parts=parts)
+             for order, (in_order, parts) in orders.items()
+             for weights in ("constants", "variables")}  # fmt: skip
     tokens = FLAGS.batch_size * FLAGS.seq_length
     per_s = {form: tokens / seconds for form, seconds in time_forms(forms).items()}
     base = per_s["independent/constants"]
