@@ -128,6 +128,9 @@ def options():
     if not FLAGS.precisions or set(FLAGS.precisions) - {"float32", "bfloat16"}:
         raise app.UsageError(f"--precisions={','.join(FLAGS.precisions)}: give float32, "
                              "bfloat16 or both")  # fmt: skip
+    if FLAGS.checkpoint and not os.path.isdir(FLAGS.checkpoint):
+        raise app.UsageError(f"--checkpoint={FLAGS.checkpoint}: no such folder; give a "
+                             "checkpoint folder, or leave the flag out for MiniLM")  # fmt: skip
     batch_size = FLAGS.batch_size or {"encoder": 8, "products": 25}.get(FLAGS.bench, 32)
     export = FLAGS.export
     if FLAGS.bench == "serving" and not export:
