@@ -16,22 +16,35 @@ from keras import ops
 
 
 class DenseColumns(tf.Module):
-    """A Dense layer's weights as `count` blocks of its output columns, each block a product
-    of its own: `columns(x)` is the layer's output (each column the same dot product, so the
-    same numbers), and iterating gives each block's own function, for callers that keep the
-    blocks apart longer (attention's heads). The weights are copies, frozen: for serving."""
+    """Dense layers that read the same input, as `count` blocks of their output columns: block
+    i holds each layer's i-th block of columns side by side, so one product gives them all
+    (attention's query, key and value for a group of heads: one product where they were three,
+    which saves a served sentence two products' fixed costs a part). Each column is the same
+    dot product, so the same numbers. `columns(x)` is the output of a single layer; iterating
+    gives each block's own function, for callers that keep the blocks apart longer
+    (attention's heads), which returns that block of each layer's output (a list, with
+    several layers). The weights are copies, frozen: for serving."""
 
-    def __init__(self, dense, count):
-        super().__init__(name=f"{dense.name}_columns")
-        check_shares(count, [(f"units of {dense.name}", dense.units)])
-        width = dense.units // count
-        kernel, bias = tf.convert_to_tensor(dense.kernel), tf.convert_to_tensor(dense.bias)
-        self.kernels = [tf.Variable(kernel[:, i * width : (i + 1) * width], trainable=False)
-                        for i in range(count)]  # fmt: skip
-        self.biases = [tf.Variable(bias[i * width : (i + 1) * width], trainable=False)
-                       for i in range(count)]  # fmt: skip
-        self._activation = dense.activation
-        self._dtype = dense.compute_dtype
+    def __init__(self, denses, count):
+        denses = tuple(denses) if isinstance(denses, (tuple, list)) else (denses,)
+        super().__init__(name="_".join(d.name for d in denses) + "_columns")
+        for dense in denses:
+            check_shares(count, [(f"units of {dense.name}", dense.units)])
+        self._widths = [dense.units // count for dense in denses]
+        kernels = [tf.convert_to_tensor(d.kernel) for d in denses]
+        biases = [tf.convert_to_tensor(d.bias) for d in denses]
+
+        def block(weights, i):
+            return tf.concat([w[..., i * width : (i + 1) * width]
+                              for w, width in zip(weights, self._widths)], axis=-1)  # fmt: skip
+
+        self.kernels = [tf.Variable(block(kernels, i), trainable=False) for i in range(count)]
+        self.biases = [tf.Variable(block(biases, i), trainable=False) for i in range(count)]
+        activations = {d.activation for d in denses}
+        if len(activations) > 1:
+            raise ValueError("layers computed in one product need the same activation")
+        self._activation = activations.pop()
+        self._dtype = denses[0].compute_dtype
 
     def __iter__(self):
         return iter([functools.partial(self._part, i) for i in range(len(self.kernels))])
@@ -39,9 +52,12 @@ class DenseColumns(tf.Module):
     def _part(self, i, x):
         # BiasAdd: oneDNN fuses MatMul + BiasAdd (+ GELU) into one kernel.
         y = tf.nn.bias_add(tf.matmul(ops.cast(x, self._dtype), self.kernels[i]), self.biases[i])
-        return self._activation(y)
+        y = self._activation(y)
+        return y if len(self._widths) == 1 else tf.split(y, self._widths, axis=-1)
 
     def __call__(self, x):
+        if len(self._widths) > 1:
+            raise TypeError(f"{self.name} holds several layers: call its blocks")
         return tf.concat([part(x) for part in self], axis=-1)
 
 
@@ -75,9 +91,10 @@ class DenseRows(tf.Module):
 class ColumnParts(tf.Module):
     """A layer's dense products, each split in `count` parts, by sublayer name: what
     `split_columns` gives a block or its attention. Each is split into column blocks
-    (DenseColumns), except those named in `rows`, which take the column blocks of the product
-    before them (DenseRows), where they compute in float32. In bfloat16 or float16 each
-    partial product would be rounded to 8 or 11 bits before the sum; those keep column
+    (DenseColumns; a name given a tuple of Dense layers that read the same input computes them
+    in one product a part), except those named in `rows`, which take the column blocks of the
+    product before them (DenseRows), where they compute in float32. In bfloat16 or float16
+    each partial product would be rounded to 8 or 11 bits before the sum; those keep column
     blocks, and their numbers."""
 
     def __init__(self, count, rows=(), **denses):
@@ -98,6 +115,9 @@ class ColumnParts(tf.Module):
 
     def __getitem__(self, name):
         return self.columns[name]
+
+    def __contains__(self, name):
+        return name in self.columns
 
 
 def of_layer(layer, training):

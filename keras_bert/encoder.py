@@ -138,10 +138,12 @@ class BertEncoder(keras.Model):
     def split_columns(self, count):
         """For serving: each block computes in `count` column parts, on frozen copies of its
         weights (layers.BertTransformerBlock.split_columns). Task models' `export` does this
-        on a copy; a split encoder refuses to train."""
+        on a copy; a split encoder refuses to train. Where pooled_output_only is the one
+        output kept, the last block runs for the first tokens alone, and is split for that."""
         column_parts.check_column_parts(self.config, count)
+        first_only = self.keep_outputs == ("pooled_output_only",)
         for block in self.transformer_layers:
-            block.split_columns(count)
+            block.split_columns(count, first_only and block is self.transformer_layers[-1])
 
     @classmethod
     def from_config(cls, config):

@@ -311,6 +311,19 @@ def attention_bias(input_mask, dtype):
     return (1.0 - mask) * (-1e4 if dtype == "float16" else -1e9)
 
 
+def _projected_parts(parts, tokens, first):
+    """Each column part's (query, key, value) projections of `tokens` (ColumnParts of
+    BertSelfAttention._split): the queries of the rows `first` alone, where it is not None."""
+    if "query_key_value" in parts:  # the parts' one product each
+        for part in parts["query_key_value"]:
+            query, key, value = part(tokens)
+            yield (query if first is None else tf.gather(query, first)), key, value
+        return
+    queries = tokens if first is None else tf.gather(tokens, first)
+    for query_part, key_value_part in zip(parts["query"], parts["key_value"]):
+        yield (query_part(queries), *key_value_part(tokens))
+
+
 @_SERIALIZABLE
 class BertSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product self-attention with its output projection.
@@ -357,34 +370,32 @@ class BertSelfAttention(keras.layers.Layer):
         # bias (a rank-3 Dense is a Tensordot whose reshape keeps the two apart). The cast is
         # done once here, rather than in each of the three projections.
         tokens = ops.cast(tokens, self.compute_dtype)
+        first = layout["first"] if first_only else None
         parts = column_parts.of_layer(self, training)
         if parts is None:
-            context = self._context(tokens, layout, (self.query, self.key, self.value),
-                                    self.num_attention_heads, training, first_only)  # fmt: skip
+            queries = tokens if first is None else tf.gather(tokens, first)
+            projected = (self.query(queries), self.key(tokens), self.value(tokens))
+            context = self._context(projected, layout, self.num_attention_heads, training,
+                                    first_only)  # fmt: skip
             return self.output_dense(context)
-        # Each part: its own heads, from its own columns of the three projections.
         heads = self.num_attention_heads // parts.count
-        contexts = [self._context(tokens, layout, projections, heads, training, first_only)
-                    for projections in zip(*(parts[n] for n in ("query", "key", "value")))]
+        contexts = [self._context(projected, layout, heads, training, first_only)
+                    for projected in _projected_parts(parts, tokens, first)]  # fmt: skip
         return parts.join("output_dense", contexts)
 
-    def _context(self, tokens, layout, projections, heads, training, first_only):
-        """`heads` heads' attention, from (query, key, value) projections: (rows, heads *
-        head_size), where rows are the tokens (packed), or with `first_only` one a sequence."""
-        query_projection, key_projection, value_projection = projections
+    def _context(self, projected, layout, heads, training, first_only):
+        """`heads` heads' attention, from their (query, key, value) projections: (rows, heads *
+        head_size), the rows of the keys and values the tokens (packed), those of the queries
+        too, or with `first_only` one a sequence."""
+        query, key, value = projected
         input_mask = layout["input_mask"]
         batch, seq = ops.shape(input_mask)[0], ops.shape(input_mask)[1]
-        if first_only:
-            queries = 1
-            query = query_projection(tf.gather(tokens, layout["first"]))  # (batch, hidden)
-        else:
-            queries = seq
-            query = spread_for_attention(query_projection(tokens), layout)  # (batch * seq, hidden)
+        queries = 1 if first_only else seq
+        if not first_only:
+            query = spread_for_attention(query, layout)  # (batch * seq, width)
         query = self._split_heads(query, batch, queries, heads)  # (batch, heads, queries, size)
-        key = spread_for_attention(key_projection(tokens), layout)
-        key = self._split_heads(key, batch, seq, heads)
-        value = spread_for_attention(value_projection(tokens), layout)
-        value = self._split_heads(value, batch, seq, heads)
+        key = self._split_heads(spread_for_attention(key, layout), batch, seq, heads)
+        value = self._split_heads(spread_for_attention(value, layout), batch, seq, heads)
         # Only where oneDNN would run them: not on GPUs, and not in float16 (TensorFlow's
         # BatchMatMulV3 has no float16 kernel on CPUs).
         small = (not training and self.compute_dtype != "float16"
@@ -416,22 +427,28 @@ class BertSelfAttention(keras.layers.Layer):
         context = ops.reshape(context, (-1, heads * self.head_size))  # (batch * queries, ...)
         return context if first_only else pack(context, layout)  # (rows, heads * head_size)
 
-    def split_columns(self, count):
+    def split_columns(self, count, first_only=False):
         """Serving: computes its heads in `count` groups, each from its own columns of the
-        query, key and value products, and (in float32) its output product as the sum of each
-        group's product with its own rows of the weights; all on frozen copies of the weights
-        (ColumnParts). The groups share no work until they are summed, so TensorFlow's
-        inter-op threads run them side by side: a sentence's products are too small for
-        oneDNN to split over two threads at a gain. The same numbers up to the rounding of
-        that sum; 1 undoes it. Refused in training."""
-        self._column_parts = self._split(count)
+        query, key and value weights, in one product a group, and (in float32) its output
+        product as the sum of each group's product with its own rows of the weights; all on
+        frozen copies of the weights (ColumnParts). The groups share no work until they are
+        summed, so TensorFlow's inter-op threads run them side by side: a sentence's products
+        are too small for oneDNN to split over two threads at a gain. The same numbers up to
+        the rounding of that sum; 1 undoes it. Refused in training. `first_only`: for a layer
+        called with first_only=True, the query's columns kept in a product of their own, so
+        that it computes the first tokens' queries alone (key and value in one product)."""
+        self._column_parts = self._split(count, first_only)
 
-    def _split(self, count):
+    def _split(self, count, first_only=False):
         column_parts.check_shares(count, [("attention heads", self.num_attention_heads)])
         if count == 1:
             return None
-        return column_parts.ColumnParts(count, query=self.query, key=self.key, value=self.value,
-                           output_dense=self.output_dense, rows=["output_dense"])  # fmt: skip
+        if first_only:
+            projections = {"query": self.query, "key_value": (self.key, self.value)}
+        else:
+            projections = {"query_key_value": (self.query, self.key, self.value)}
+        return column_parts.ColumnParts(count, **projections, output_dense=self.output_dense,
+                                        rows=["output_dense"])  # fmt: skip
 
     def compute_output_shape(self, tokens_shape, layout_shape):
         return tokens_shape
@@ -539,7 +556,7 @@ class BertTransformerBlock(keras.layers.Layer):
         fed = self.output_dropout(fed, training=training)
         return self.output_layer_norm(tokens + ops.cast(fed, tokens.dtype))
 
-    def split_columns(self, count):
+    def split_columns(self, count, first_only=False):
         """Serving: attention in `count` groups of heads (BertSelfAttention.split_columns), and
         the feed-forward's first product in `count` column blocks, each followed by its own
         rows of the second (in float32; in 16 bits, column blocks of the second too), on
@@ -547,8 +564,9 @@ class BertTransformerBlock(keras.layers.Layer):
         inter-op threads and join once a sublayer. The same numbers up to the rounding of
         that join's sum; refused in training; 1 undoes it. Measured (benchmarks/RESULTS.md; 2
         cores, one thread per op, the bfloat16 export): a served sentence 1.25x as fast, a
-        batch of 32 1.36x."""
-        attention_parts = self.attention._split(count)  # all checked before any is kept
+        batch of 32 1.36x. `first_only`: split for calls with first_only=True (the attention's
+        queries in a product of their own)."""
+        attention_parts = self.attention._split(count, first_only)  # all checked before any is kept
         parts = None if count == 1 else column_parts.ColumnParts(
             count, intermediate=self.intermediate, output_dense=self.output_dense,
             rows=["output_dense"])  # fmt: skip

@@ -1,5 +1,7 @@
+import collections
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -497,7 +499,13 @@ def test_blocks_split_in_column_parts_compute_the_same_numbers(attention_kernels
     block = encoder.transformer_layers[0]
     kernels = block._column_parts["intermediate"].kernels
     assert [k.shape for k in kernels] == [(24, 48 // parts)] * parts
-    assert block.attention._column_parts["query"].kernels[0].shape == (24, 24 // parts)
+    # Each group of heads: its query, key and value columns side by side, one product.
+    fused = block.attention._column_parts["query_key_value"].kernels
+    assert [k.shape for k in fused] == [(24, 3 * 24 // parts)] * parts
+    width = 24 // parts
+    np.testing.assert_array_equal(fused[1], np.concatenate(
+        [d.kernel.numpy()[:, width : 2 * width]
+         for d in (block.attention.query, block.attention.key, block.attention.value)], axis=1))
     # Each sublayer's second product takes the first's column blocks, each with its own rows
     # of the weights: the parts join once a sublayer, in a sum.
     rows = {"feed-forward": block._column_parts["output_dense"].kernels,
@@ -513,6 +521,28 @@ def test_blocks_split_in_column_parts_compute_the_same_numbers(attention_kernels
     encoder.split_columns(1)
     assert block._column_parts is None and block.attention._column_parts is None
     encoder(x, training=True)
+
+
+def test_a_pooled_only_encoder_splits_its_last_block_for_the_first_tokens():
+    # Only pooled_output_only kept (a classifier's export): the last block computes the first
+    # tokens' queries alone, so its query product stays apart from key and value's.
+    config = dict(vocab_size=99, hidden_size=24, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=48, max_position_embeddings=64)  # fmt: skip
+    encoder = BertEncoder(**config, keep_outputs=["pooled_output_only"])
+    x = random_inputs(lengths=[7, 3, 5])
+    whole = encoder(x)["pooled_output_only"].numpy()
+    encoder.split_columns(2)
+    first, last = (block.attention._column_parts for block in encoder.transformer_layers)
+    assert "query_key_value" in first and "query" not in first
+    assert [k.shape for k in last["query"].kernels] == [(24, 12)] * 2
+    assert [k.shape for k in last["key_value"].kernels] == [(24, 24)] * 2
+    np.testing.assert_allclose(encoder(x)["pooled_output_only"].numpy(), whole, atol=1e-6)
+    # The graph: two products a part in the last block's attention, one in the first's.
+    graph = tf.function(lambda x: encoder(x)).get_concrete_function(x).graph
+    products = collections.Counter(re.search(r"layer_(\d)", op.name)[1]
+                                   for op in graph.get_operations()
+                                   if op.type == "MatMul" and "attention" in op.name)  # fmt: skip
+    assert products == {"0": 2 + 2, "1": 2 * 2 + 2}  # and each part's output product
 
 
 def test_16_bit_blocks_join_column_blocks_not_sums():
