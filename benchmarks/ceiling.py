@@ -33,7 +33,8 @@ def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False, c
     and value side by side once the block before is done, then its scores, context, output and
     feed-forward products one after another. In order, `column_parts` > 1 computes each block
     as an export does (`split_columns`): its heads in that many groups side by side, each from
-    its own columns of the query, key and value weights, and each feed-forward part from its
+    its own columns of the query, key and value weights (three products a group, where an export
+    computes the three in one: the same FLOPs), and each feed-forward part from its
     own columns of the first weight; then, in float32, the output and down products as the sum
     of each part's product with its own rows of the weight, and in bfloat16 the parts joined
     (a concat) and each of those products cut in column blocks again, joined once more. The
