@@ -3,8 +3,8 @@
 A sentence's products are too small for oneDNN to split over two threads at a gain, so an
 exported block computes each sublayer in `count` parts that share no work until they are
 joined: attention's heads in groups, each from its own columns of the query, key and value
-products, and the feed-forward's products in blocks of columns (or, for the second product in
-float32, of rows). TensorFlow's inter-op threads run the parts side by side. The parts hold
+weights in one product, and the feed-forward's products in blocks of columns (or, for the
+second product in float32, of rows). TensorFlow's inter-op threads run the parts side by side. The parts hold
 frozen copies of the weights, so a split layer refuses to train (`of_layer`). Measured in
 benchmarks/RESULTS.md ("The exports' column parts").
 """
