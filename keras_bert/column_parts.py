@@ -4,9 +4,9 @@ A sentence's products are too small for oneDNN to split over two threads at a ga
 exported block computes each sublayer in `count` parts that share no work until they are
 joined: attention's heads in groups, each from its own columns of the query, key and value
 weights in one product, and the feed-forward's products in blocks of columns (or, for the
-second product in float32, of rows). TensorFlow's inter-op threads run the parts side by side. The parts hold
-frozen copies of the weights, so a split layer refuses to train (`of_layer`). Measured in
-benchmarks/RESULTS.md ("The exports' column parts").
+second product in float32, of rows). TensorFlow's inter-op threads run the parts side by side.
+The parts hold frozen copies of the weights, so a split layer refuses to train (`of_layer`).
+Measured in benchmarks/RESULTS.md ("The exports' column parts").
 """
 
 import functools
@@ -28,8 +28,7 @@ class DenseColumns(tf.Module):
     def __init__(self, denses, count):
         denses = tuple(denses) if isinstance(denses, (tuple, list)) else (denses,)
         super().__init__(name="_".join(d.name for d in denses) + "_columns")
-        for dense in denses:
-            check_shares(count, [(f"units of {dense.name}", dense.units)])
+        check_shares(count, [(f"units of {d.name}", d.units) for d in denses])
         self._widths = [dense.units // count for dense in denses]
         kernels = [tf.convert_to_tensor(d.kernel) for d in denses]
         biases = [tf.convert_to_tensor(d.bias) for d in denses]
