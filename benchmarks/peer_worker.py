@@ -67,15 +67,23 @@ def checkpoint_folder(opts):
     return opts.get("checkpoint") or default_checkpoint("--checkpoint")
 
 
+def checkpoint_config(folder):
+    """The path of the config in a checkpoint folder: Hugging Face's config.json or a Google
+    release's bert_config.json; None if it has neither."""
+    paths = (os.path.join(folder, name) for name in ("config.json", "bert_config.json"))
+    return next((path for path in paths if os.path.isfile(path)), None)
+
+
 def checkpoint_products(folder, rows, rng):
     """(input, [(weight, bias), ...]), float32, random: the dense products of one call of the
     checkpoint in `folder` (its config.json, or a Google release's bert_config.json, gives the
     widths and the number of blocks) on a sentence of `rows` tokens: each block's query, key,
     value, output, up and down, to be run chained in this order, each fed the previous one's
     output."""
-    name = next((n for n in ("config.json", "bert_config.json")
-                 if os.path.exists(os.path.join(folder, n))), "config.json")  # fmt: skip
-    with open(os.path.join(folder, name), encoding="utf-8") as f:
+    path = checkpoint_config(folder)
+    if path is None:
+        raise ValueError(f"{folder} holds no config.json or bert_config.json")
+    with open(path, encoding="utf-8") as f:
         config = json.load(f)
     hidden, inner = config["hidden_size"], config["intermediate_size"]
     shapes = [(hidden, hidden)] * 4 + [(hidden, inner), (inner, hidden)]

@@ -41,6 +41,7 @@ from absl import app, flags, logging
 
 from benchmarks import newest_export
 from benchmarks.peer_results import compare, summary
+from benchmarks.peer_worker import checkpoint_config
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("bench", "encoder",
@@ -131,6 +132,10 @@ def options():
     if FLAGS.checkpoint and not os.path.isdir(FLAGS.checkpoint):
         raise app.UsageError(f"--checkpoint={FLAGS.checkpoint}: no such folder; give a "
                              "checkpoint folder, or leave the flag out for MiniLM")  # fmt: skip
+    if FLAGS.bench == "products" and FLAGS.checkpoint and not checkpoint_config(FLAGS.checkpoint):
+        raise app.UsageError(f"--checkpoint={FLAGS.checkpoint}: no config.json or "
+                             "bert_config.json there, which the products take their widths "
+                             "from; give a checkpoint folder")  # fmt: skip
     batch_size = FLAGS.batch_size or {"encoder": 8, "products": 25}.get(FLAGS.bench, 32)
     export = FLAGS.export
     if FLAGS.bench == "serving" and not export:

@@ -98,6 +98,18 @@ def test_the_products_bench_takes_its_widths_from_the_checkpoint(tiny_checkpoint
         assert [w.shape + b.shape for w, b in layers] == c["num_hidden_layers"] * block
 
 
+def test_the_products_bench_refuses_a_checkpoint_folder_without_a_config(tmp_path):
+    # One usage line before any worker starts (a worker's traceback before).
+    bench = subprocess.run([sys.executable, "-m", "benchmarks.peers", "--bench=products",
+                            f"--checkpoint={tmp_path}"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=600)  # fmt: skip
+    assert bench.returncode == 1, bench.stderr[-3000:]
+    assert bench.stderr.strip().splitlines()[-1] == (
+        f"--checkpoint={tmp_path}: no config.json or bert_config.json there, which the "
+        "products take their widths from; give a checkpoint folder")
+    assert "Traceback" not in bench.stderr
+
+
 def test_the_finetune_bench_offers_only_the_precisions_asked_for(tiny_checkpoint):
     # bfloat16 fine-tuning takes minutes a step on a CPU without bfloat16 instructions.
     options = {"bench": "finetune", "batch_size": 2, "steps": 1, "checkpoint": tiny_checkpoint}
