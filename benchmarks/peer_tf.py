@@ -252,7 +252,9 @@ def main():
     info = {"tensorflow": tf.__version__,
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-            "onednn": onednn_enabled()}
+            "onednn": onednn_enabled(),
+            "environment": {name: value for name, value in sorted(os.environ.items())
+                            if name.startswith(("TF_", "ONEDNN_", "DNNL_"))}}  # fmt: skip
     if "keras_bert" in sys.modules:
         import keras
 

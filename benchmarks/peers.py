@@ -9,6 +9,8 @@
         [--threads=1]                               # ... one thread an op, on both sides
         [--threads=1,0]                             # ... both settings in one run
         [--onednn=0,1]                              # ... keras_bert, oneDNN off and on
+        [--tf_env=NAME=A,B]                         # ... keras_bert, an environment variable
+                                                    #     set to A in one worker, B in another
     python -m benchmarks.peers --bench=encoder --onednn_frozen_weights
                                                     # ... also the forward a bf16 export serves
     python -m benchmarks.peers --bench=finetune     # fine-tuning MiniLM on SST-2, examples/s
@@ -31,6 +33,7 @@ setting, so that the best ratio is best against best, measured in one run.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -76,6 +79,12 @@ flags.DEFINE_list("onednn", [], "keras_bert side: run a worker with TF_ENABLE_ON
                   "where it has none, keras_bert's (on) for the jobs that import it and "
                   "TensorFlow's (on only with AVX512 VNNI, AVX512-BF16 or AMX) for serving "
                   "and products, which import TensorFlow alone (serving: as TF Serving does).")
+flags.DEFINE_string("tf_env", None, "keras_bert side, NAME=A,B,...: run a worker with the "
+                    "environment variable NAME set to each value, in the same rounds, its jobs "
+                    "named X~NAME=A, to compare TensorFlow settings read from the environment "
+                    "(e.g. TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD=0,1). A name TensorFlow does "
+                    "not read (e.g. SAME=a,b) runs identical workers: how far two workers "
+                    "differ by chance. Not with --onednn.")
 flags.DEFINE_bool("onednn_frozen_weights", False, "serving: run the keras_bert side with "
                   "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1, the TF Serving setting the README "
                   "recommends for bfloat16 exports (oneDNN keeps its reordered weights between "
@@ -100,6 +109,8 @@ class Worker:
             env["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
         if side == "keras_bert" and options.get("onednn") is not None:
             env["TF_ENABLE_ONEDNN_OPTS"] = options["onednn"]
+        if side == "keras_bert":
+            env.update(options.get("env") or {})
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, json.dumps(options)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
@@ -144,7 +155,7 @@ def options():
             "steps": FLAGS.steps, "precisions": FLAGS.precisions, "export": export,
             "run_dir": FLAGS.run_dir, "checkpoint": FLAGS.checkpoint,
             "onednn_frozen_weights": FLAGS.onednn_frozen_weights,
-            "threads": thread_settings(), "onednn": onednn_settings(),
+            "threads": thread_settings(), "onednn": onednn_settings(), "tf_env": tf_env(),
             "scratch": tempfile.mkdtemp(prefix="peers-")}  # fmt: skip
 
 
@@ -166,6 +177,34 @@ def onednn_settings():
     if any(value not in ("0", "1") for value in FLAGS.onednn):
         raise app.UsageError(f"--onednn={','.join(FLAGS.onednn)}: give 0, 1 or 0,1")
     return sorted(set(FLAGS.onednn)) or [None]
+
+
+def tf_env():
+    """--tf_env as (NAME, [values]), or None."""
+    if FLAGS.tf_env is None:
+        return None
+    name, _, values = FLAGS.tf_env.partition("=")
+    values = values.split(",")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or "" in values:
+        raise app.UsageError(f"--tf_env={FLAGS.tf_env}: give NAME=A,B (an environment "
+                             "variable's name, then its values, none empty)")  # fmt: skip
+    if len(set(values)) < len(values):
+        raise app.UsageError(f"--tf_env={FLAGS.tf_env}: give different values, one a worker")
+    if FLAGS.onednn:
+        raise app.UsageError("--tf_env and --onednn: give one of them (--tf_env="
+                             "TF_ENABLE_ONEDNN_OPTS=0,1 is --onednn=0,1)")  # fmt: skip
+    return name, values
+
+
+def keras_bert_variants(opts):
+    """A keras_bert worker's changes to the options and its jobs' suffix, one per --onednn or
+    --tf_env value."""
+    if opts["tf_env"]:
+        name, values = opts["tf_env"]
+        return [({"onednn": None, "env": {name: value}}, f"~{name}={value}")
+                for value in values]  # fmt: skip
+    return [({"onednn": onednn, "env": None}, f"~onednn={onednn}" if onednn is not None else "")
+            for onednn in opts["onednn"]]  # fmt: skip
 
 
 def prepare(opts):
@@ -203,9 +242,8 @@ def main(argv):
         # serving: keras_bert's worker runs with the setting; encoder, products: a third does.
         frozen = opts["onednn_frozen_weights"]
         variants = [("keras_bert", {"onednn_frozen_weights": frozen and opts["bench"] == "serving",
-                                    "onednn": onednn},
-                     suffix + (f"~onednn={onednn}" if onednn is not None else ""))
-                    for onednn in opts["onednn"]]  # fmt: skip
+                                    **changes}, suffix + name)
+                    for changes, name in keras_bert_variants(opts)]  # fmt: skip
         variants.append(("pytorch", {}, suffix))
         if frozen and opts["bench"] in ("encoder", "products"):
             variants.append(("keras_bert", {"onednn_frozen_weights": True, "onednn": None},

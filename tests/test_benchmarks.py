@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from benchmarks.peer_results import compare
 
@@ -166,6 +167,48 @@ def test_onednn_variants_run_in_workers_with_that_setting():
     reports = [json.loads(line) for line in result.stdout.splitlines()]
     assert reports == [[False, ["float32/products~onednn=0"]],
                        [True, ["float32/products~onednn=1"]]]  # fmt: skip
+
+
+def test_tf_env_variants_run_in_workers_with_that_variable():
+    # peers --tf_env=NAME=A,B: each keras_bert worker's environment sets NAME to its value, and
+    # the worker reports the TensorFlow settings its environment holds.
+    code = """if True:
+        import json
+        from absl import flags
+        from benchmarks.peers import Worker, keras_bert_variants, options
+        flags.FLAGS(["peers", "--bench=products", "--batch_size=3", "--precisions=float32",
+                     "--tf_env=TF_ONEDNN_USE_SYSTEM_ALLOCATOR=0,1"])
+        options = options()
+        for changes, name in keras_bert_variants(options):
+            worker = Worker("keras_bert", {**options, "threads": 0, **changes}, name)
+            worker.close()
+            environment = worker.info["environment"]
+            print(json.dumps([environment["TF_ONEDNN_USE_SYSTEM_ALLOCATOR"],
+                              "TF_ENABLE_ONEDNN_OPTS" in environment, worker.jobs]))
+    """
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=600, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert reports == [["0", False, ["float32/products~TF_ONEDNN_USE_SYSTEM_ALLOCATOR=0"]],
+                       ["1", False, ["float32/products~TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1"]]]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tf_env=TF_ONEDNN_USE_SYSTEM_ALLOCATOR"], "give NAME=A,B (an environment variable's "
+     "name, then its values, none empty)"),
+    (["--tf_env=SAME=a,a"], "give different values, one a worker"),
+    (["--tf_env=TF_ENABLE_ONEDNN_OPTS=0,1", "--onednn=0,1"], "give one of them"),
+])  # fmt: skip
+def test_the_peers_bench_refuses_a_tf_env_it_cannot_run(flags, message):
+    bench = subprocess.run([sys.executable, "-m", "benchmarks.peers", "--bench=products",
+                            *flags], cwd=ROOT, capture_output=True, text=True,
+                           timeout=600)  # fmt: skip
+    assert bench.returncode == 1, bench.stderr[-3000:]
+    last = bench.stderr.strip().splitlines()[-1]
+    assert last.startswith("--tf_env") and message in last, last
+    assert "Traceback" not in bench.stderr
 
 
 def bench_report(module, *args):
