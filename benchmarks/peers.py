@@ -193,6 +193,10 @@ def tf_env():
     if FLAGS.onednn:
         raise app.UsageError("--tf_env and --onednn: give one of them (--tf_env="
                              "TF_ENABLE_ONEDNN_OPTS=0,1 is --onednn=0,1)")  # fmt: skip
+    if name == "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS":
+        raise app.UsageError(f"--tf_env={FLAGS.tf_env}: it would stall the training jobs; "
+                             "use --onednn_frozen_weights, which sets it only where the "
+                             "weights never change")  # fmt: skip
     return name, values
 
 

@@ -200,6 +200,7 @@ def test_tf_env_variants_run_in_workers_with_that_variable():
      "name, then its values, none empty)"),
     (["--tf_env=SAME=a,a"], "give different values, one a worker"),
     (["--tf_env=TF_ENABLE_ONEDNN_OPTS=0,1", "--onednn=0,1"], "give one of them"),
+    (["--tf_env=TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=0,1"], "use --onednn_frozen_weights"),
 ])  # fmt: skip
 def test_the_peers_bench_refuses_a_tf_env_it_cannot_run(flags, message):
     bench = subprocess.run([sys.executable, "-m", "benchmarks.peers", "--bench=products",
