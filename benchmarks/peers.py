@@ -107,10 +107,8 @@ class Worker:
         env.pop("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", None)  # only where asked: it stalls training
         if side == "keras_bert" and options.get("onednn_frozen_weights"):
             env["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
-        if side == "keras_bert" and options.get("onednn") is not None:
-            env["TF_ENABLE_ONEDNN_OPTS"] = options["onednn"]
         if side == "keras_bert":
-            env.update(options.get("env") or {})
+            env.update(options.get("env") or {})  # --onednn, --tf_env: keras_bert_variants
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, json.dumps(options)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
@@ -205,10 +203,9 @@ def keras_bert_variants(opts):
     --tf_env value."""
     if opts["tf_env"]:
         name, values = opts["tf_env"]
-        return [({"onednn": None, "env": {name: value}}, f"~{name}={value}")
-                for value in values]  # fmt: skip
-    return [({"onednn": onednn, "env": None}, f"~onednn={onednn}" if onednn is not None else "")
-            for onednn in opts["onednn"]]  # fmt: skip
+        return [({"env": {name: value}}, f"~{name}={value}") for value in values]
+    return [({"env": {"TF_ENABLE_ONEDNN_OPTS": onednn}}, f"~onednn={onednn}")
+            if onednn is not None else ({}, "") for onednn in opts["onednn"]]  # fmt: skip
 
 
 def prepare(opts):
@@ -250,7 +247,7 @@ def main(argv):
                     for changes, name in keras_bert_variants(opts)]  # fmt: skip
         variants.append(("pytorch", {}, suffix))
         if frozen and opts["bench"] in ("encoder", "products"):
-            variants.append(("keras_bert", {"onednn_frozen_weights": True, "onednn": None},
+            variants.append(("keras_bert", {"onednn_frozen_weights": True},
                              suffix + "~frozen_weights"))  # fmt: skip
         for side, changes, name in variants:  # one at a time: each set-up uses both cores
             logging.info("starting the %s side%s", side, name)

@@ -154,10 +154,11 @@ def test_onednn_variants_run_in_workers_with_that_setting():
     # defines absl flags that other modules in this pytest process define too.)
     code = """if True:
         import json
-        from benchmarks.peers import Worker
-        options = {"bench": "products", "batch_size": 3, "precisions": ["float32"]}
-        for setting in ("0", "1"):
-            worker = Worker("keras_bert", {**options, "onednn": setting}, f"~onednn={setting}")
+        from benchmarks.peers import Worker, keras_bert_variants
+        options = {"bench": "products", "batch_size": 3, "precisions": ["float32"],
+                   "onednn": ["0", "1"], "tf_env": None}
+        for changes, name in keras_bert_variants(options):
+            worker = Worker("keras_bert", {**options, **changes}, name)
             worker.close()
             print(json.dumps([worker.info["onednn"], worker.jobs]))
     """
