@@ -324,3 +324,27 @@ def test_the_ceiling_bench_times_each_form():
     for form, rate in report["tokens_per_s"].items():
         assert math.isclose(report["gflop_per_s"][form], product_flops(minilm, 1, 8) / 1e9 *
                             rate / 8, rel_tol=1e-3, abs_tol=0.1)  # fmt: skip
+
+
+def test_the_onednn_kernels_bench_names_each_products_kernel():
+    forward = bench_report("onednn_kernels", "--precision=float32", "--layers=1",
+                           "--batch_size=2", "--seq_length=16", "--steps=2")  # fmt: skip
+    assert forward["form"] == "forward" and forward["steps"] == 2 and forward["cpu_isa"]
+    # One block's six dense products (query, key, value, attention output, up, down) run as
+    # oneDNN inner products, fused with their biases; the up product also with its GELU. A
+    # 16-token attention runs on TensorFlow's own kernels, so no batched product is here.
+    assert forward["by_kind"]["inner_product"]["calls_per_step"] == 6
+    gelu = [row for row in forward["by_shape"] if "eltwise_gelu" in row]
+    assert len(gelu) == 1 and "mb32ic768oc3072" in gelu[0], forward["by_shape"]
+    assert forward["by_shape"][gelu[0]]["calls_per_step"] == 1
+    assert math.isclose(forward["ms_per_step"], sum(
+        kind["ms_per_step"] for kind in forward["by_kind"].values()), abs_tol=0.01)
+    assert all(row["ms_per_step"] > 0 for row in forward["by_implementation"].values())
+    # The bare products of the same block in bfloat16: eight oneDNN matmuls (six dense, the
+    # scores and the context). (In float32 TensorFlow runs a bare MatMul itself, on oneDNN's
+    # GEMM function, which reports as gemm_api.)
+    ceiling = bench_report("onednn_kernels", "--form=ceiling", "--precision=bfloat16",
+                           "--layers=1", "--batch_size=2", "--seq_length=16",
+                           "--steps=2")  # fmt: skip
+    assert list(ceiling["by_kind"]) == ["matmul"], ceiling["by_kind"]
+    assert ceiling["by_kind"]["matmul"]["calls_per_step"] == 8

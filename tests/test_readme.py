@@ -68,7 +68,8 @@ def test_encode_job_compares_sentences():
      # Benchmarks whose flags are defined in benchmarks/__init__.py, for several scripts.
      ("benchmarks.profile_encoder", ["--precision", "--stored_weights", "--batch_size", "--step"]),
      ("benchmarks.headroom", ["--precision", "--stored_weights", "--rounds", "--layers"]),
-     ("benchmarks.ceiling", ["--precision", "--seq_length", "--rounds", "--steps"])],
+     ("benchmarks.ceiling", ["--precision", "--seq_length", "--rounds", "--steps"]),
+     ("benchmarks.onednn_kernels", ["--precision", "--stored_weights", "--form", "--steps"])],
 )  # fmt: skip
 def test_help_explains_every_flag(module, flags):
     result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT,
