@@ -36,9 +36,9 @@ flags.adopt_module_key_flags(benchmarks)  # so that --help lists them
 flags.DEFINE_enum("form", "forward", ["forward", "ceiling"], "forward: a random BERT-base "
                   "encoder's forward pass; ceiling: the same shapes' bare matrix products "
                   "(benchmarks/ceiling.py, independent, weights in constants).")
-flags.DEFINE_integer("layers", 12, "Encoder blocks (BERT-base has 12).")
-flags.DEFINE_integer("steps", 3, "Steps summed (after 2 warm-up steps).")
-flags.DEFINE_integer("top", 25, "Rows of the by-shape table.")
+flags.DEFINE_integer("layers", 12, "Encoder blocks (BERT-base has 12).", lower_bound=1)
+flags.DEFINE_integer("steps", 3, "Steps summed (after 2 warm-up steps).", lower_bound=1)
+flags.DEFINE_integer("top", 25, "Rows of the by-shape table.", lower_bound=1)
 flags.DEFINE_bool("child", False, "Internal: run the steps in this process, oneDNN printing.")
 
 START, END = "onednn_kernels: start", "onednn_kernels: end"
@@ -77,8 +77,9 @@ def run_steps():
     print(END, flush=True)
 
 
-def parse(lines, steps):
-    """oneDNN's verbose lines between the markers as per-step sums, and its CPU line."""
+def parse(lines, steps, top):
+    """oneDNN's verbose lines between the markers as per-step sums (the `top` shapes), and its
+    CPU line."""
     by_kind, by_implementation, by_shape = (collections.Counter() for _ in range(3))
     calls = collections.Counter()
     isa, inside = None, False
@@ -113,7 +114,7 @@ def parse(lines, steps):
 
     return {"cpu_isa": isa, "ms_per_step": round(sum(by_kind.values()) / steps, 3),
             "by_kind": table(by_kind), "by_implementation": table(by_implementation),
-            "by_shape": table(by_shape, FLAGS.top)}  # fmt: skip
+            "by_shape": table(by_shape, top)}  # fmt: skip
 
 
 def main(argv):
@@ -125,12 +126,12 @@ def main(argv):
     child = subprocess.run([sys.executable, "-m", "benchmarks.onednn_kernels", *sys.argv[1:],
                             "--child"], env=env, capture_output=True, text=True)  # fmt: skip
     if child.returncode:
-        sys.exit(f"onednn_kernels: the forward failed:\n{child.stderr[-3000:]}")
-    report = parse(child.stdout.splitlines(), FLAGS.steps)
+        sys.exit(f"onednn_kernels: the {FLAGS.form} failed:\n{child.stderr[-3000:]}")
+    report = parse(child.stdout.splitlines(), FLAGS.steps, FLAGS.top)
     if not report["by_kind"]:
         sys.exit("onednn_kernels: oneDNN ran no kernels: this TensorFlow runs without oneDNN "
                  "(TF_ENABLE_ONEDNN_OPTS=0, or a build without it); nothing to report.")
-    stored = FLAGS.stored_weights and FLAGS.precision == "bfloat16"
+    stored = FLAGS.form == "forward" and FLAGS.stored_weights and FLAGS.precision == "bfloat16"
     print(json.dumps({"form": FLAGS.form, "precision": FLAGS.precision, "stored_weights": stored,
                       "batch_size": FLAGS.batch_size, "seq_length": FLAGS.seq_length,
                       "layers": FLAGS.layers, "steps": FLAGS.steps, **report}, indent=2))
