@@ -90,6 +90,13 @@ def random_token_ids(rng, batch, seq):
             "input_mask": tf.ones(shape, tf.int32), "input_type_ids": tf.zeros(shape, tf.int32)}
 
 
+def stored_weights():
+    """Whether `random_encoder` stores its weights in bfloat16: --stored_weights, which only a
+    bfloat16 forward has."""
+    FLAGS = flags.FLAGS
+    return FLAGS.stored_weights and FLAGS.precision == "bfloat16"
+
+
 def random_encoder(num_hidden_layers=12):
     """A random BERT-base encoder (with `num_hidden_layers` blocks) as `define_forward_flags`
     asks, and a batch of token ids for it, without padding."""
@@ -100,8 +107,7 @@ def random_encoder(num_hidden_layers=12):
 
     FLAGS = flags.FLAGS
     keras.config.set_dtype_policy("float32" if FLAGS.precision == "float32" else "mixed_bfloat16")
-    stored = FLAGS.stored_weights and FLAGS.precision == "bfloat16"
     config = BertConfig(num_hidden_layers=num_hidden_layers)
-    encoder = BertEncoder(**config.to_dict(), dtype="bfloat16" if stored else None)
+    encoder = BertEncoder(**config.to_dict(), dtype="bfloat16" if stored_weights() else None)
     x = random_token_ids(np.random.default_rng(0), FLAGS.batch_size, FLAGS.seq_length)
     return encoder, x

@@ -25,7 +25,8 @@ import tensorflow as tf
 from absl import app, flags
 
 import benchmarks
-from benchmarks import define_forms_flags, define_forward_flags, random_encoder, time_forms
+from benchmarks import (define_forms_flags, define_forward_flags, random_encoder, stored_weights,
+                        time_forms)
 from keras_bert import layers, serving
 
 FLAGS = flags.FLAGS
@@ -94,8 +95,7 @@ def main(argv):
         op_counts[form] = {op: types[op] for op in COUNTED_OPS}
         forms[form] = functools.partial(forward, x)
     ms = {form: seconds * 1e3 for form, seconds in time_forms(forms).items()}
-    stored = FLAGS.stored_weights and FLAGS.precision == "bfloat16"
-    report = {"precision": FLAGS.precision, "stored_weights": stored,
+    report = {"precision": FLAGS.precision, "stored_weights": stored_weights(),
               "batch_size": FLAGS.batch_size, "seq_length": FLAGS.seq_length,
               "layers": FLAGS.layers, "rounds": FLAGS.rounds, "op_counts": op_counts,
               "ms_per_forward": {form: round(t, 2) for form, t in ms.items()},

@@ -28,7 +28,7 @@ import sys
 from absl import app, flags
 
 import benchmarks
-from benchmarks import define_forward_flags
+from benchmarks import define_forward_flags, stored_weights
 
 FLAGS = flags.FLAGS
 define_forward_flags()
@@ -131,7 +131,7 @@ def main(argv):
     if not report["by_kind"]:
         sys.exit("onednn_kernels: oneDNN ran no kernels: this TensorFlow runs without oneDNN "
                  "(TF_ENABLE_ONEDNN_OPTS=0, or a build without it); nothing to report.")
-    stored = FLAGS.form == "forward" and FLAGS.stored_weights and FLAGS.precision == "bfloat16"
+    stored = FLAGS.form == "forward" and stored_weights()
     print(json.dumps({"form": FLAGS.form, "precision": FLAGS.precision, "stored_weights": stored,
                       "batch_size": FLAGS.batch_size, "seq_length": FLAGS.seq_length,
                       "layers": FLAGS.layers, "steps": FLAGS.steps, **report}, indent=2))
