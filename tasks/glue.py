@@ -142,10 +142,12 @@ def read_tsv(path, task, labelled):
     index = {name: header.index(name) for name in wanted}
     id_column = next((header.index(n) for n in ("index", "id") if n in header), None)
     texts, labels, ids = {name: [] for name in task.text_columns}, [], []
+    empty_sides = EmptySides(task, path)
     for line, row in enumerate(rows, start=first_line):
         if len(row) != len(header):
             raise ValueError(f"{path}:{line}: expected {len(header)} tab-separated columns, "
                              f"found {len(row)}")  # fmt: skip
+        empty_sides.check([row[index[name]] for name in task.text_columns], f"{path}:{line}")
         for name in task.text_columns:
             texts[name].append(row[index[name]])
         ids.append(row[id_column] if id_column is not None else str(line - first_line))
@@ -153,8 +155,32 @@ def read_tsv(path, task, labelled):
             labels.append(parse_label(row[index[task.label_column]], task, f"{path}:{line}"))
     if not ids:
         raise ValueError(f"{path} has no examples")
+    empty_sides.report()
     label_dtype = "float32" if task.labels is None else "int32"
     return common.Split(texts, np.array(labels, label_dtype) if labelled else None, ids)
+
+
+class EmptySides:
+    """Checks a file's rows for empty texts (nothing but whitespace). A row with no text at all
+    is refused: there is nothing to classify. An empty side of a pair is kept, as the original
+    BERT code keeps it (the official QQP train.tsv has two empty question2), and counted in one
+    warning with the first place, so that it is never silent."""
+
+    def __init__(self, task, source):
+        self.task, self.source, self.count, self.first = task, source, 0, None
+
+    def check(self, row_texts, where):
+        empty = [name for name, text in zip(self.task.text_columns, row_texts) if not text.strip()]
+        if len(empty) == len(row_texts):
+            raise ValueError(f"{where}: empty text ({', '.join(empty)}); fix or remove the row")
+        if empty:
+            self.count += 1
+            self.first = self.first or f"{where} ({empty[0]})"
+
+    def report(self):
+        if self.count:
+            logging.warning("%s: %d examples with one side of the pair empty, kept as they are "
+                            "(the first: %s)", self.source, self.count, self.first)  # fmt: skip
 
 
 def parse_label(value, task, where):
@@ -185,9 +211,12 @@ def read_tfds(task, split):
                               data_dir=FLAGS.tfds_data_dir, download=False)  # fmt: skip
     names = None if task.labels is None else info.features["label"].names
     texts, labels, ids = {name: [] for name in task.text_columns}, [], []
+    empty_sides = EmptySides(task, f"glue/{task.tfds_name} {split}")
     for example in tfds.as_numpy(dataset):
-        for ours, theirs in zip(task.text_columns, task.tfds_texts):
-            texts[ours].append(example[theirs].decode("utf-8"))
+        row_texts = [example[theirs].decode("utf-8") for theirs in task.tfds_texts]
+        empty_sides.check(row_texts, f"glue/{task.tfds_name} {split} idx {example['idx']}")
+        for ours, text in zip(task.text_columns, row_texts):
+            texts[ours].append(text)
         ids.append(str(example["idx"]))
         label = example["label"]
         if task.labels is None:
@@ -196,6 +225,7 @@ def read_tfds(task, split):
             # NLI tasks share label names with the TSVs; the others are 0/1 in both, by index.
             by_name = set(names) == set(task.labels)
             labels.append(task.labels.index(names[label]) if by_name else int(label))
+    empty_sides.report()
     dtype = "float32" if task.labels is None else "int32"
     return common.Split(texts, np.array(labels, dtype) if labels else None, ids)
 

@@ -78,6 +78,26 @@ def test_bad_files_name_the_file_line_and_problem(tmp_path):
     empty = write(tmp_path / "empty.tsv", ["sentence\tlabel"])
     with pytest.raises(ValueError, match="has no examples"):
         glue.read_tsv(empty, task, True)
+    bad = write(tmp_path / "blank.tsv", ["sentence\tlabel", "good film\t1", " \t0"])
+    with pytest.raises(ValueError, match=r"blank\.tsv:3: empty text \(sentence\); fix or remove"):
+        glue.read_tsv(bad, task, False)
+    bad = write(tmp_path / "pair.tsv", ["sentence1\tsentence2\tscore", "a\tb\t1.5", "\t\t2"])
+    with pytest.raises(ValueError, match=r"pair\.tsv:3: empty text \(sentence1, sentence2\)"):
+        glue.read_tsv(bad, glue.get_task("STS-B"), True)
+
+
+def test_an_empty_side_of_a_pair_is_kept_with_a_warning(tmp_path, caplog):
+    # As in the official QQP train.tsv, which has two rows with an empty question2.
+    header = "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate"
+    qqp = write(tmp_path / "qqp.tsv", [header, "1\t1\t2\tHow do I cook?\tHow to cook?\t1",
+                                       "2\t3\t4\tHow can I create an app?\t\t0",
+                                       "3\t5\t6\t \tWhy?\t0"])  # fmt: skip
+    split = glue.read_tsv(qqp, glue.get_task("QQP"), True)
+    assert split.texts["question2"] == ["How to cook?", "", "Why?"]
+    assert split.labels.tolist() == [1, 0, 0]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [f"{qqp}: 2 examples with one side of the pair empty, kept as they are "
+                        f"(the first: {qqp}:3 (question2))"]  # fmt: skip
 
 
 def test_metrics_on_hand_worked_examples():
