@@ -16,6 +16,7 @@ import os
 import sys
 
 import numpy as np
+import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertClassifier, textfiles
@@ -266,6 +267,14 @@ def compute_metrics(task, logits, labels):
     return results
 
 
+def count_truncated(tokenizer, split, text_columns, sequence_length):
+    """How many of the split's examples need more than sequence_length tokens: their word
+    pieces, [CLS] and a [SEP] after each text."""
+    lengths = sum(tokenizer(tf.constant(split.texts[column])).row_lengths().numpy()
+                  for column in text_columns)  # fmt: skip
+    return int(np.sum(lengths + len(text_columns) + 1 > sequence_length))
+
+
 def write_submission(path, task, ids, logits):
     if task.labels is None:
         rows = [f"{i}\t{score:.3f}" for i, score in zip(ids, logits[:, 0])]
@@ -282,8 +291,9 @@ class GlueBinary(driver.TaskBinary):
 
     def prepare(self):
         self.train, dev, self.test = load_splits(self.task)
-        dev = {name: split.head(FLAGS.max_eval_examples) for name, split in dev.items()}
-        self.dev_sets = {name: (self.batches(split), split.labels) for name, split in dev.items()}
+        self.dev_splits = {name: split.head(FLAGS.max_eval_examples) for name, split in dev.items()}
+        self.dev_sets = {name: (self.batches(split), split.labels)
+                         for name, split in self.dev_splits.items()}  # fmt: skip
 
     def batches(self, split):
         return common.make_dataset(split, self.task.text_columns, FLAGS.eval_batch_size,
@@ -303,6 +313,12 @@ class GlueBinary(driver.TaskBinary):
             do_lower_case=FLAGS.do_lower_case, labels=labels, name=self.name)  # fmt: skip
 
     def training_dataset(self, model, training):
+        for name, split in (("train", training), *self.dev_splits.items()):
+            cut = count_truncated(model.preprocessor.tokenizer, split, self.task.text_columns,
+                                  FLAGS.max_seq_length)  # fmt: skip
+            logging.info("%d of %d %s examples have more than --max_seq_length=%d tokens and are "
+                         "truncated (longest segment first)", cut, len(split), name,
+                         FLAGS.max_seq_length)  # fmt: skip
         dataset = common.make_dataset(training, self.task.text_columns, FLAGS.train_batch_size,
                                       training=True)  # fmt: skip
         return dataset, int(np.ceil(len(training) / FLAGS.train_batch_size))

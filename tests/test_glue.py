@@ -3,6 +3,7 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import keras_bert
 from tasks import common, glue
@@ -98,6 +99,20 @@ def test_an_empty_side_of_a_pair_is_kept_with_a_warning(tmp_path, caplog):
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warnings == [f"{qqp}: 2 examples with one side of the pair empty, kept as they are "
                         f"(the first: {qqp}:3 (question2))"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,columns", [("SST-2", ("sentence",)),
+                                          ("MRPC", ("#1 String", "#2 String"))])
+def test_counts_the_examples_the_packer_truncates(minilm_dir, name, columns):
+    split = glue.read_tsv(os.path.join(GLUE, name, "dev.tsv"), glue.get_task(name), True)
+    tokenizer = keras_bert.BertTokenizer(os.path.join(minilm_dir, "vocab.txt"))
+    texts = [tf.constant(split.texts[c]) for c in columns]
+    whole = keras_bert.BertPreprocessor.from_tokenizer(tokenizer, 512, num_segments=len(columns))
+    lengths = whole(texts[0] if len(texts) == 1 else tuple(texts))["input_mask"].numpy().sum(1)
+    for sequence_length in (lengths.min(), int(np.median(lengths)), lengths.max() - 1):
+        expected = int(np.sum(lengths > sequence_length))
+        assert 0 < expected < len(split)
+        assert glue.count_truncated(tokenizer, split, columns, sequence_length) == expected
 
 
 def test_metrics_on_hand_worked_examples():
