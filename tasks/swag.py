@@ -55,8 +55,14 @@ def read_swag(path, labelled=True):
             if not isinstance(row[column], str):
                 kind = "a number" if isinstance(row[column], (int, float)) else "not a string"
                 raise ValueError(f"{path}:{line}: {column} is {kind}, not text")
+        if not row["sent1"].strip():
+            raise ValueError(f"{path}:{line}: sent1, the context, is empty; fix or remove the row")
+        choices = [f"{row['sent2']} {row[f'ending{i}']}".strip() for i in range(NUM_CHOICES)]
+        if not all(choices):
+            raise ValueError(f"{path}:{line}: sent2 and ending{choices.index('')} are empty, a "
+                             "choice with no text; fix or remove the row")  # fmt: skip
         contexts.append(row["sent1"])
-        endings.append([f"{row['sent2']} {row[f'ending{i}']}" for i in range(NUM_CHOICES)])
+        endings.append(choices)
         ids.append(str(row.get("fold-ind", line)))
         if labelled:
             label = str(row["label"])

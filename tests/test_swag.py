@@ -45,6 +45,16 @@ def test_bad_rows_name_file_and_line(tmp_path):
         swag.read_swag(str(short))
     with pytest.raises(FileNotFoundError):
         swag.read_swag(str(tmp_path / "none.csv"))
+    blank = tmp_path / "blank.csv"
+    blank.write_text(HEADER + "\nv1,7,x,A man sits.,He,gold,eats.,sleeps.,runs.,flies.,1"
+                              "\nv1,8,x, ,He,gold,eats.,sleeps.,runs.,flies.,1\n")  # fmt: skip
+    with pytest.raises(ValueError, match=r"blank\.csv:3: sent1, the context, is empty; fix or"):
+        swag.read_swag(str(blank))
+    blank.write_text(HEADER + "\nv1,7,x,A man sits.,,gold,eats.,sleeps.,,flies.,1\n")
+    with pytest.raises(ValueError, match=r"blank\.csv:2: sent2 and ending2 are empty, a choice"):
+        swag.read_swag(str(blank))
+    blank.write_text(HEADER + "\nv1,7,x,A man sits.,,gold,eats.,sleeps.,runs.,flies.,1\n")
+    assert swag.read_swag(str(blank)).texts["endings"] == [["eats.", "sleeps.", "runs.", "flies."]]
 
 
 def test_each_choice_is_packed_with_the_context(minilm_dir):
