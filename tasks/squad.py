@@ -10,10 +10,11 @@ epoch with --do_eval: metrics.json, TensorBoard logs/dev). Windows, answer posit
 n-best search are the in-graph ones of keras_bert/spans.py, shared with the export.
 
 Bad input: a training answer whose answer_start does not point at its text is skipped with a
-warning (the count is logged); training questions with an empty passage are skipped the same
-way; at prediction an empty passage gets the empty answer. With --nodo_train, predicts with the
-finished run in --output_dir and the settings it was trained with. Questions longer than
---max_query_length tokens are cut (as the original does) and counted in the log.
+warning (the count is logged); training questions with an empty passage or an empty question
+are skipped the same way; at prediction an empty passage gets the empty answer, and an empty
+question is answered from its passage alone (counted in the log). With --nodo_train, predicts
+with the finished run in --output_dir and the settings it was trained with. Questions longer
+than --max_query_length tokens are cut (as the original does) and counted in the log.
 """
 
 import json
@@ -108,14 +109,18 @@ def questions_of(data, path, training=False, version_2=False):
     """A Split of questions: texts `question` and `context`; for training, labels int64 (n, 2),
     each answer's character span [start, end) in its passage, (-1, -1) for no answer."""
     texts, spans, ids = {"question": [], "context": []}, [], []
-    skipped = {"answer_start does not match the answer text": 0, "empty passage": 0}
+    skipped = {"answer_start does not match the answer text": 0, "empty passage": 0,
+               "empty question": 0}  # fmt: skip
+    empty_questions = 0
     for article in data:
         for paragraph in article["paragraphs"]:
             context = paragraph["context"]
             for question in paragraph["qas"]:
+                empty_questions += not question["question"].strip()
                 if training:
                     span = _answer_span(question, context, path, version_2)
                     reason = ("empty passage" if not context.strip() else
+                              "empty question" if not question["question"].strip() else
                               None if span else "answer_start does not match the answer text")
                     if reason:
                         skipped[reason] += 1
@@ -129,6 +134,10 @@ def questions_of(data, path, training=False, version_2=False):
     for reason, count in skipped.items():
         if count:
             logging.warning("%s: skipped %d questions (%s)", path, count, reason)
+    if empty_questions and not training:
+        logging.warning("%s: %d questions are empty; each is answered from its passage "
+                        "alone, as the export answers an empty question", path,
+                        empty_questions)  # fmt: skip
     if not ids:
         raise ValueError(f"{path} has no usable questions")
     labels = np.array(spans, "int64").reshape(-1, 2) if training else None

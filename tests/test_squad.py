@@ -169,7 +169,8 @@ def test_misplaced_answers_and_empty_passages_are_skipped_and_counted(tmp_path, 
                                  "answers": [{"text": text, "answer_start": start}]}  # fmt: skip
     data = [{"title": "t", "paragraphs": [
         {"context": "The cat sat.", "qas": [qa(1, 4, "cat"), qa(2, 5, "cat"), qa(3, 0, "The")]},
-        {"context": "  ", "qas": [qa(4, 0, " ")]}]}]  # fmt: skip
+        {"context": "  ", "qas": [qa(4, 0, " ")]},
+        {"context": "A dog ran.", "qas": [dict(qa(5, 2, "dog"), question=" ")]}]}]  # fmt: skip
     path = write_json(tmp_path / "train.json", {"data": data})
     with caplog.at_level(logging.WARNING):
         split = squad.questions_of(squad.read_squad(path), path, training=True)
@@ -177,8 +178,15 @@ def test_misplaced_answers_and_empty_passages_are_skipped_and_counted(tmp_path, 
     assert split.labels.tolist() == [[4, 7], [0, 3]]
     assert "skipped 1 questions (answer_start does not match the answer text)" in caplog.text
     assert "skipped 1 questions (empty passage)" in caplog.text
-    # At prediction every question is kept; the empty passage gets the empty answer.
-    assert squad.questions_of(squad.read_squad(path), path).ids == ["q1", "q2", "q3", "q4"]
+    assert "skipped 1 questions (empty question)" in caplog.text
+    assert "questions are empty" not in caplog.text
+    # At prediction every question is kept; the empty passage gets the empty answer, the empty
+    # question an answer from its passage alone, and is counted.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        ids = squad.questions_of(squad.read_squad(path), path).ids
+    assert ids == ["q1", "q2", "q3", "q4", "q5"]
+    assert "1 questions are empty; each is answered from its passage alone" in caplog.text
 
 
 def test_bad_squad_files_are_refused_with_the_file(tmp_path):
