@@ -53,6 +53,7 @@ def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, ma
     path = os.path.join(run_dir, "model.keras")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{run_dir} is not a finished run: it has no model.keras")
+    textfiles.make_folder(export_dir, "--export_dir")
     model = keras.saving.load_model(path)
     if max_windows is not None:
         if not hasattr(model.preprocessor, "max_windows"):

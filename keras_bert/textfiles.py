@@ -24,6 +24,21 @@ def check_folder(path, flag):
         raise FileNotFoundError(f"{flag}={path}: no such folder")
 
 
+def make_folder(path, what):
+    """Creates the folder `path` with its parents, unless it exists; `what` (the flag that gave
+    it) names it when it cannot be made or written in."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{what}: {path} is a file, not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{what}: cannot create the folder {path} ({e.strerror}); pass a place "
+                         "you can write to") from None  # fmt: skip
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{what}: cannot write in the folder {path}; pass a place you can write "
+                         "to")  # fmt: skip
+
+
 def decode(data, path, encoding="utf-8", errors="strict", hint=None, first_line=1):
     """`data` (bytes read from `path`, starting at line `first_line`) as text; a byte the
     encoding cannot read is reported with its line and its position in that line (both counted

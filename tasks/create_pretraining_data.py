@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert import pretraining
+from keras_bert import pretraining, textfiles
 from keras_bert.tokenizer import BertTokenizer
 from tasks import pretraining_text, run_main
 
@@ -172,6 +172,8 @@ def main(argv):
         if not getattr(FLAGS, name):
             raise app.UsageError(f"--{name} is required")
     check_flags()
+    textfiles.make_folder(os.path.dirname(os.path.abspath(FLAGS.output_file)),
+                          f"--output_file={FLAGS.output_file}")  # fmt: skip
     files = pretraining_text.input_files(FLAGS.input_file)
     _tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)  # a bad vocabulary fails here, once
     if FLAGS.num_workers > 1:

@@ -193,6 +193,8 @@ def main(argv):
         raise app.UsageError(f"--batch_size must be at least 1, got {FLAGS.batch_size}")
     if os.path.isdir(FLAGS.output_file):
         raise app.UsageError(f"--output_file={FLAGS.output_file} is a folder; pass a file path")
+    textfiles.make_folder(os.path.dirname(os.path.abspath(FLAGS.output_file)),
+                          f"--output_file={FLAGS.output_file}")  # fmt: skip
     checkpoint = FLAGS.init_checkpoint or default_checkpoint()
     config = checkpoints.read_config(checkpoint)
     check_sequence_length(FLAGS.max_seq_length, config, "--max_seq_length")
@@ -204,7 +206,6 @@ def main(argv):
     logging.info("%d texts in %s", total, FLAGS.input_file)
     encoder, tokenizer, _ = load_pretrained(checkpoint, FLAGS.do_lower_case)
     extractor = Extractor(encoder, tokenizer, FLAGS.max_seq_length, layers)
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output_file)), exist_ok=True)
     partial, state_path = FLAGS.output_file + ".partial", FLAGS.output_file + ".progress.json"
     if done:
         logging.info("continuing a stopped run: %d of %d texts were written", done, total)

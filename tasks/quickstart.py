@@ -16,6 +16,7 @@ import os
 
 from absl import app, flags, logging
 
+from keras_bert import textfiles
 from keras_bert.tf_serving import LoadedLikeTfServing
 from tasks import common, glue, run_main
 
@@ -41,6 +42,7 @@ DEFAULTS = {
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    textfiles.make_folder(FLAGS.export_dir, "--export_dir")  # before training, not after
     results = glue.run(glue.get_task(FLAGS.task_name))
     print(f"dev accuracy: {results['dev']['accuracy']:.4f}")
     model = common.load_run(FLAGS.output_dir)

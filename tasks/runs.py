@@ -21,6 +21,8 @@ import time
 import keras
 from absl import app, logging
 
+from keras_bert import textfiles
+
 SETTINGS = "settings.json"
 FINISHED = "model.keras"
 # What a run writes into its folder, removed by --overwrite_output_dir.
@@ -85,7 +87,7 @@ def claim(run_dir, settings, overwrite=False, finished=FINISHED):
     """
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise app.UsageError(f"--output_dir={run_dir} is a file; pass a folder")
-    os.makedirs(run_dir, exist_ok=True)
+    textfiles.make_folder(run_dir, "--output_dir")
     lock = open(os.path.join(run_dir, ".lock"), "a")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

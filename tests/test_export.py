@@ -246,3 +246,15 @@ def test_swag_export_takes_context_and_endings(tmp_path, tiny_checkpoint, flags_
     empty = tf.saved_model.load(path).signatures["serving_default"](
         context=tf.constant([], tf.string), endings=tf.zeros([0, 4], tf.string))
     assert empty["probabilities"].shape == (0, 4) and empty["label_id"].shape == (0,)
+
+
+def test_an_export_dir_that_cannot_be_made_is_refused_before_loading(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "model.keras").write_bytes(b"")  # never read: the folder is checked first
+    (tmp_path / "a_file").write_text("x")
+    cannot = r"^--export_dir: cannot create the folder .*a_file/out \(Not a directory\); pass"
+    with pytest.raises(ValueError, match=cannot):
+        export.export_run(str(run), str(tmp_path / "a_file" / "out"), "m")
+    with pytest.raises(ValueError, match=r"^--export_dir: .*a_file is a file, not a folder$"):
+        export.export_run(str(run), str(tmp_path / "a_file"), "m")

@@ -173,3 +173,14 @@ def test_a_healthy_run_prints_only_what_it_does(tmp_path, tiny_checkpoint):
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 1  # TensorFlow's own C++ lines (cuInit, oneDNN) are back:
     assert re.search(r"^[IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\] ", result.stderr, re.M)
+
+
+def test_an_output_dir_that_cannot_be_made_or_written_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "a_file").write_text("x")
+    cannot = r"^--output_dir: cannot create the folder .*a_file/run \(Not a directory\); pass"
+    with pytest.raises(ValueError, match=cannot):
+        runs.claim(str(tmp_path / "a_file" / "run"), {"seed": 1})
+    # A read-only file system (os.access is what sees it, for root too).
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(ValueError, match=r"^--output_dir: cannot write in the folder .*/run; "):
+        runs.claim(str(tmp_path / "run"), {"seed": 1})
