@@ -67,10 +67,21 @@ flags.DEFINE_integer(
     100,
     "Steps per Keras epoch (between logs and backups) when --save_checkpoints_steps is not given.",
 )
-flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "LAMB suits very large batches.")
+flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "LAMB suits very large batches "
+                  "(Keras's Lamb; --weight_decay is applied decoupled, as for AdamW, not to "
+                  "LayerNorm and biases).")
 flags.DEFINE_integer("gradient_accumulation_steps", 1, "Batches whose gradients are summed "
                      "per optimizer step.")  # fmt: skip
-flags.adopt_module_key_flags(common)
+# The fine-tuning flags of tasks.common that pre-training has no use for, refused when given
+# (with what to pass instead) and left out of --help.
+NOT_FOR_PRETRAINING = {
+    "num_train_epochs": "pass --num_train_steps", "warmup_proportion": "pass --num_warmup_steps",
+    **dict.fromkeys(["do_train", "do_eval", "do_predict", "eval_batch_size", "layer_decay",
+                     "bucket_by_length", "max_train_examples", "max_eval_examples"]),
+}  # fmt: skip
+for _flag in FLAGS.get_key_flags_for_module(common):
+    if _flag.name not in NOT_FOR_PRETRAINING:
+        flags.declare_key_flag(_flag.name)
 
 FEATURES = {
     "input_ids": "input_word_ids",
@@ -169,7 +180,9 @@ def create_optimizer():
     )
     if FLAGS.optimizer == "lamb":
         optimizer = keras.optimizers.Lamb(schedule, epsilon=1e-6, global_clipnorm=FLAGS.clip_norm,
+                                          weight_decay=FLAGS.weight_decay or None,
                                           gradient_accumulation_steps=accumulate)  # fmt: skip
+        optimizer.exclude_from_weight_decay(var_names=list(optimization.NO_DECAY))
     else:
         optimizer = optimization.create_optimizer(
             FLAGS.learning_rate, FLAGS.num_train_steps, warmup_steps(),
@@ -191,6 +204,10 @@ def warmup_steps():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    for name, instead in NOT_FOR_PRETRAINING.items():
+        if FLAGS[name].present:
+            raise app.UsageError(f"--{name} does not apply to pre-training"
+                                 + (f"; {instead}" if instead else ""))  # fmt: skip
     if bool(FLAGS.input_file) == bool(FLAGS.text_file):
         raise app.UsageError("pass --input_file (TFRecords) or --text_file (streaming), not both")
     if FLAGS.num_train_steps < 1:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from keras_bert import checkpoints
+from tasks import pretrain, pretraining_text
 
 from conftest import DATA
 from test_distribute import free_ports
@@ -92,8 +93,6 @@ def test_small_model_learns_and_its_checkpoints_load(tmp_path, pretraining_data,
 def test_training_batches_run_without_tf_data_autotuning(pretraining_data, flags_parsed):
     """See keras_bert.task.without_autotuning: with the autotuning thread, destroying the
     iterator at the end of each fit call waited out its sleep, 40 to 55 s on 2 AVX2 cores."""
-    from tasks import pretrain, pretraining_text
-
     files = pretraining_text.input_files(str(pretraining_data / "data-*"))
     flags_parsed.train_batch_size = 4
     dataset = pretrain.training_dataset(
@@ -187,3 +186,28 @@ def test_too_little_text_and_too_much_warmup_are_one_line_errors(tmp_path, minil
         assert result.returncode == 1, result.stderr[-2000:]
         assert result.stderr.strip().splitlines()[-1].startswith(message)
         assert "Traceback" not in result.stderr
+
+
+def test_lamb_decays_weights_as_adamw_does(flags_parsed):
+    import keras
+
+    flags_parsed.optimizer, flags_parsed.weight_decay = "lamb", 0.1
+    flags_parsed.learning_rate, flags_parsed.num_train_steps = 0.01, 10
+    flags_parsed.num_warmup_steps, flags_parsed.mixed_precision = 0, "none"
+    kernel, gamma, bias = (keras.Variable(np.ones(2), name=n) for n in ("kernel", "gamma", "bias"))
+    # Zero gradients: LAMB's own step is zero, so what moves is the weight decay alone.
+    pretrain.create_optimizer().apply([np.zeros(2)] * 3, [kernel, gamma, bias])
+    np.testing.assert_allclose(kernel.numpy(), 1 - 0.1 * 0.01, rtol=1e-6)
+    assert gamma.numpy().tolist() == bias.numpy().tolist() == [1.0, 1.0]
+
+
+def test_fine_tuning_flags_are_refused_and_left_out_of_help():
+    result = subprocess.run([sys.executable, "-m", "tasks.pretrain", "--help"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert "--num_train_steps" in result.stdout and "--learning_rate" in result.stdout
+    assert "--num_train_epochs" not in result.stdout and "--do_eval" not in result.stdout
+    result = subprocess.run([sys.executable, "-m", "tasks.pretrain", "--num_train_epochs=3"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == ("error: --num_train_epochs does not apply "
+                                                      "to pre-training; pass --num_train_steps")
