@@ -14,6 +14,7 @@ Every file is written under a temporary name and renamed, so none is ever half-w
 import dataclasses
 import json
 import os
+import sys
 
 import keras
 import numpy as np
@@ -91,6 +92,25 @@ flags.DEFINE_integer("log_every_steps", 50, "Every N training steps: write loss 
                      "and the speed is logged once per epoch).")
 flags.DEFINE_integer("save_checkpoints_steps", None, "Back up training state every N steps, "
                      "as well as after each epoch.")  # fmt: skip
+
+
+def adopt_flags(module_name, unused=()):
+    """Makes this module's flags key flags of the binary `module_name` (listed in its --help),
+    except `unused`: {flag name: what to pass instead, or None}, which the binary has no use
+    for and refuses with `refuse_unused_flags`."""
+    if module_name == "__main__":  # absl names the main module by its file
+        module_name = sys.argv[0]
+    for flag in FLAGS.get_key_flags_for_module(__name__):
+        if flag.name not in unused:
+            FLAGS.register_key_flag_for_module(module_name, flag)
+
+
+def refuse_unused_flags(unused, binary):
+    """Raises UsageError if a flag of `unused` (see adopt_flags) was given."""
+    for name, instead in unused.items():
+        if FLAGS[name].present:
+            raise app.UsageError(f"--{name} does not apply to {binary}"
+                                 + (f"; {instead}" if instead else ""))  # fmt: skip
 
 
 @dataclasses.dataclass

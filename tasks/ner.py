@@ -35,7 +35,8 @@ flags.DEFINE_string("dev_file", None, "CoNLL file to score after each epoch (wit
                     allow_override=True)
 flags.DEFINE_string("test_file", None, "CoNLL file to predict (and score) with --do_predict.",
                     allow_override=True)
-flags.adopt_module_key_flags(common)
+UNUSED_FLAGS = {"bucket_by_length": None}  # sentences are batched in a shuffled order
+common.adopt_flags(__name__, UNUSED_FLAGS)
 
 
 def read_conll(path):
@@ -163,6 +164,10 @@ class NerBinary(driver.TaskBinary):
     """CoNLL-2003 NER: a token classifier, scored by entity-level precision, recall and F1."""
 
     name = "ner"
+
+    def check_flags(self):
+        common.refuse_unused_flags(UNUSED_FLAGS, "NER")
+        super().check_flags()
 
     def prepare(self):
         wanted = (("dev", FLAGS.dev_file if FLAGS.do_eval else None),

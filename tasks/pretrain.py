@@ -79,9 +79,7 @@ NOT_FOR_PRETRAINING = {
     **dict.fromkeys(["do_train", "do_eval", "do_predict", "eval_batch_size", "layer_decay",
                      "bucket_by_length", "max_train_examples", "max_eval_examples"]),
 }  # fmt: skip
-for _flag in FLAGS.get_key_flags_for_module(common):
-    if _flag.name not in NOT_FOR_PRETRAINING:
-        flags.declare_key_flag(_flag.name)
+common.adopt_flags(__name__, NOT_FOR_PRETRAINING)
 
 FEATURES = {
     "input_ids": "input_word_ids",
@@ -204,10 +202,7 @@ def warmup_steps():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    for name, instead in NOT_FOR_PRETRAINING.items():
-        if FLAGS[name].present:
-            raise app.UsageError(f"--{name} does not apply to pre-training"
-                                 + (f"; {instead}" if instead else ""))  # fmt: skip
+    common.refuse_unused_flags(NOT_FOR_PRETRAINING, "pre-training")
     if bool(FLAGS.input_file) == bool(FLAGS.text_file):
         raise app.UsageError("pass --input_file (TFRecords) or --text_file (streaming), not both")
     if FLAGS.num_train_steps < 1:

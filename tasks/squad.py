@@ -44,7 +44,9 @@ flags.DEFINE_integer("max_windows", 64, "Windows a passage may produce (about ma
                      "the prediction says so (passage_cut).")
 flags.DEFINE_float("null_score_diff_threshold", 0.0, "SQuAD 2.0: predict no answer when the "
                    "[CLS] score minus the best span's score is above this.")  # fmt: skip
-flags.adopt_module_key_flags(common)
+# Windows are packed to --max_seq_length whatever their question and passage: nothing to bucket.
+UNUSED_FLAGS = {"bucket_by_length": None}
+common.adopt_flags(__name__, UNUSED_FLAGS)
 
 
 def read_squad(path):
@@ -248,6 +250,7 @@ class SquadBinary(driver.TaskBinary):
     name = "squad"
 
     def check_flags(self):
+        common.refuse_unused_flags(UNUSED_FLAGS, "SQuAD")
         super().check_flags()
         if FLAGS.max_windows < 1:
             raise app.UsageError(f"--max_windows must be at least 1, got {FLAGS.max_windows}")
