@@ -44,7 +44,8 @@ flags.DEFINE_integer("max_windows", 64, "Windows a passage may produce (about ma
                      "the prediction says so (passage_cut).")
 flags.DEFINE_float("null_score_diff_threshold", 0.0, "SQuAD 2.0: predict no answer when the "
                    "[CLS] score minus the best span's score is above this.")  # fmt: skip
-# Windows are packed to --max_seq_length whatever their question and passage: nothing to bucket.
+# Training batches are of windows, cut in the graph from shuffled batches of questions; grouping
+# by length was never built for them.
 UNUSED_FLAGS = {"bucket_by_length": None}
 common.adopt_flags(__name__, UNUSED_FLAGS)
 
