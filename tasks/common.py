@@ -113,6 +113,22 @@ def refuse_unused_flags(unused, binary):
                                  + (f"; {instead}" if instead else ""))  # fmt: skip
 
 
+def check_split_files(readers):
+    """`readers`: {file flag: the --do_ flags that read it}. A --do_ flag given true without its
+    file, and a file that no --do_ flag set true reads, are refused with what to pass; a --do_
+    flag true by default without its file is logged."""
+    for file_flag, do_flags in readers.items():
+        given, on = bool(FLAGS[file_flag].value), [d for d in do_flags if FLAGS[d].value]
+        if given and not on:
+            raise app.UsageError(f"--{file_flag} is read only with "
+                                 f"{' or '.join('--' + d for d in do_flags)}; pass that, or "
+                                 f"leave out --{file_flag}")  # fmt: skip
+        for do_flag in on if not given else []:
+            if FLAGS[do_flag].present:
+                raise app.UsageError(f"--{do_flag} needs --{file_flag}")
+            logging.info("no --%s: nothing for --%s to read", file_flag, do_flag)
+
+
 @dataclasses.dataclass
 class Split:
     """Examples of one split: text columns, labels (None when unlabelled) and ids."""

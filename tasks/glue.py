@@ -289,6 +289,12 @@ class GlueBinary(driver.TaskBinary):
     def __init__(self, task):
         self.task, self.name = task, task.name.lower()
 
+    def check_flags(self):
+        if FLAGS.diagnostic_file and not (self.task.name == "MNLI" and FLAGS.do_predict):
+            raise app.UsageError("--diagnostic_file (AX) is read only by an MNLI run with "
+                                 "--do_predict")  # fmt: skip
+        super().check_flags()
+
     def prepare(self):
         self.train, dev, self.test = load_splits(self.task)
         self.dev_splits = {name: split.head(FLAGS.max_eval_examples) for name, split in dev.items()}

@@ -167,6 +167,7 @@ class NerBinary(driver.TaskBinary):
 
     def check_flags(self):
         common.refuse_unused_flags(UNUSED_FLAGS, "NER")
+        common.check_split_files({"dev_file": ["do_eval"], "test_file": ["do_predict"]})
         super().check_flags()
 
     def prepare(self):

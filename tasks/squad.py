@@ -252,6 +252,7 @@ class SquadBinary(driver.TaskBinary):
 
     def check_flags(self):
         common.refuse_unused_flags(UNUSED_FLAGS, "SQuAD")
+        common.check_split_files({"predict_file": ["do_eval", "do_predict"]})
         super().check_flags()
         if FLAGS.max_windows < 1:
             raise app.UsageError(f"--max_windows must be at least 1, got {FLAGS.max_windows}")

@@ -84,6 +84,10 @@ class SwagBinary(driver.TaskBinary):
 
     name = "swag"
 
+    def check_flags(self):
+        common.check_split_files({"dev_file": ["do_eval"], "test_file": ["do_predict"]})
+        super().check_flags()
+
     def prepare(self):
         self.dev_sets = {}
         if FLAGS.do_eval and FLAGS.dev_file:
