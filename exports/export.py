@@ -50,6 +50,8 @@ def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, ma
                precision="float32", column_parts=None):  # fmt: skip
     """Exports the model.keras of a finished run; everything it needs is inside that file."""
     textfiles.check_folder(run_dir, "--run_dir")
+    if version is not None and version < 1:
+        raise app.UsageError(f"--version must be at least 1, got {version}")
     path = os.path.join(run_dir, "model.keras")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{run_dir} is not a finished run: it has no model.keras")

@@ -170,7 +170,11 @@ def save_versioned(module, signatures, model_dir, warmup=None, version=None, opt
     """Saves (with `options`, see save_checked), checks ops, adds warmup requests, then renames
     into place. Returns the path."""
     model_name = os.path.basename(os.path.normpath(model_dir))
-    version = version or next_version(model_dir)
+    if version is None:
+        version = next_version(model_dir)
+    elif isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"version must be a whole number of at least 1 (TF Serving serves the "
+                         f"largest), got {version!r}")  # fmt: skip
     final = os.path.join(model_dir, str(version))
     if os.path.exists(final):
         raise FileExistsError(f"{final} exists; pick another --version")

@@ -143,6 +143,15 @@ def test_versions_increase(sst2_run, tmp_path):
     assert (os.path.basename(first), os.path.basename(second)) == ("1", "2")
     with pytest.raises(FileExistsError):
         export.export_run(sst2_run, str(tmp_path), "m", version=2)
+    from absl import app
+
+    with pytest.raises(app.UsageError, match="^--version must be at least 1, got 0$"):
+        export.export_run(sst2_run, str(tmp_path), "m", version=0)  # was taken as "the next"
+    model = common.load_run(sst2_run)
+    for version in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="version must be a whole number of at least 1"):
+            model.export(str(tmp_path / "m"), version=version)
+    assert sorted(os.listdir(tmp_path / "m")) == ["1", "2"]
 
 
 def test_column_parts_flag_is_checked_against_the_model_before_exporting(sst2_run, tmp_path):
