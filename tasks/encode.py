@@ -14,7 +14,7 @@ from absl import app, flags, logging
 
 from keras_bert import BertPacker, BertTokenizer, checkpoints, load_checkpoint
 from keras_bert.task import check_sequence_length
-from tasks import default_checkpoint, run_main
+from tasks import check_flag_texts, default_checkpoint, run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("checkpoint", None, "Checkpoint folder (Google, Hugging Face or keras-bert "
@@ -41,9 +41,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     checkpoint = FLAGS.checkpoint or default_checkpoint("--checkpoint")
-    for number, sentence in enumerate(FLAGS.sentences, start=1):
-        if not sentence.strip():
-            raise app.UsageError(f"--sentences: sentence {number} is empty; pass some text")
+    check_flag_texts(FLAGS.sentences, "--sentences")
     check_sequence_length(FLAGS.max_seq_length, checkpoints.read_config(checkpoint),
                           "--max_seq_length")  # fmt: skip
     logging.info("loading %s", checkpoint)

@@ -18,7 +18,7 @@ from absl import app, flags, logging
 
 from keras_bert import textfiles
 from keras_bert.tf_serving import LoadedLikeTfServing
-from tasks import common, glue, run_main
+from tasks import check_flag_texts, common, glue, run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("classify", ["A gripping, beautifully acted film.",
@@ -42,6 +42,7 @@ DEFAULTS = {
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    check_flag_texts(FLAGS.classify, "--classify", allow_empty=True)  # the export answers ""
     textfiles.make_folder(FLAGS.export_dir, "--export_dir")  # before training, not after
     results = glue.run(glue.get_task(FLAGS.task_name))
     print(f"dev accuracy: {results['dev']['accuracy']:.4f}")

@@ -79,3 +79,16 @@ def test_a_bad_input_gets_one_line(results, case_id, module, args, pattern):
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, result.stderr[-3000:]
     assert re.search(pattern, errors[0]), errors[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module,flag", [("tasks.encode", "--sentences"),
+                                         ("tasks.quickstart", "--classify")])
+def test_command_line_text_that_is_not_utf8_gets_one_line(module, flag):
+    # Bytes the shell passes that are not UTF-8 (the corpus file itself must be UTF-8).
+    result = subprocess.run([sys.executable, "-m", module, flag.encode() + b"=caf\xe9"],
+                            cwd=ROOT, capture_output=True, timeout=300)  # fmt: skip
+    stderr = result.stderr.decode("utf-8", "replace")
+    assert result.returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == (f"error: {flag}: sentence 1 is not valid UTF-8 "
+                                               "(byte 0xe9 at character 4); pass UTF-8 text")
