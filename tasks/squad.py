@@ -114,7 +114,7 @@ def questions_of(data, path, training=False, version_2=False):
     texts, spans, ids = {"question": [], "context": []}, [], []
     skipped = {"answer_start does not match the answer text": 0, "empty passage": 0,
                "empty question": 0}  # fmt: skip
-    empty_questions = 0
+    empty_questions, seen = 0, set()
     for article in data:
         for paragraph in article["paragraphs"]:
             context = paragraph["context"]
@@ -131,6 +131,11 @@ def questions_of(data, path, training=False, version_2=False):
                                         reason)  # fmt: skip
                         continue
                     spans.append(span)
+                if not training and question["id"] in seen:
+                    raise ValueError(f"{path}: question id {question['id']!r} appears more "
+                                     "than once; predictions.json answers by id, so each id "
+                                     "must be unique")  # fmt: skip
+                seen.add(question["id"])
                 texts["question"].append(question["question"])
                 texts["context"].append(context)
                 ids.append(question["id"])

@@ -187,6 +187,12 @@ def test_misplaced_answers_and_empty_passages_are_skipped_and_counted(tmp_path, 
         ids = squad.questions_of(squad.read_squad(path), path).ids
     assert ids == ["q1", "q2", "q3", "q4", "q5"]
     assert "1 questions are empty; each is answered from its passage alone" in caplog.text
+    # predictions.json answers by id: a repeated id would score one answer twice.
+    data[0]["paragraphs"][1]["qas"].append(qa(1, 0, "x"))
+    path = write_json(tmp_path / "dev.json", {"data": data})
+    with pytest.raises(ValueError, match=r"dev\.json: question id 'q1' appears more than once"):
+        squad.questions_of(squad.read_squad(path), path)
+    assert squad.questions_of(squad.read_squad(path), path, training=True).ids == ["q1", "q3"]
 
 
 def test_bad_squad_files_are_refused_with_the_file(tmp_path):
