@@ -19,6 +19,7 @@ each batch: a run that is stopped and started again with the same flags continue
 batch written. The finished file replaces --output_file in one rename.
 """
 
+import hashlib
 import json
 import os
 import time
@@ -142,9 +143,20 @@ def text_vector(outputs, pooling):
     return np.concatenate([outputs[i].mean(axis=0) for i in (-1, -2, -3, -4)])
 
 
-def settings():
-    return {name: FLAGS[name].value for name in ("input_file", "layers", "output_format",
-            "pooling", "max_seq_length", "init_checkpoint", "do_lower_case")}  # fmt: skip
+def settings(input_digest):
+    """What a stopped run must share to be continued: the flags that shape its output, and
+    the input file's content (a file edited in place would mix old texts' features with new)."""
+    values = {name: FLAGS[name].value for name in ("input_file", "layers", "output_format",
+              "pooling", "max_seq_length", "init_checkpoint", "do_lower_case")}  # fmt: skip
+    return {**values, "input_sha256": input_digest}
+
+
+def file_digest(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def resume_state(output_file, wanted):
@@ -154,9 +166,6 @@ def resume_state(output_file, wanted):
         for path in (output_file + ".partial", state_path):
             if os.path.exists(path):
                 os.remove(path)
-    elif os.path.exists(output_file):
-        raise app.UsageError(f"--output_file={output_file} exists; pass --overwrite to replace "
-                             "it, or another --output_file")  # fmt: skip
     if not os.path.exists(state_path):
         return 0, 0
     try:
@@ -165,7 +174,13 @@ def resume_state(output_file, wanted):
     except (OSError, ValueError) as e:
         raise app.UsageError(f"{state_path} is unreadable ({e}); pass --overwrite to start "
                              "again") from None  # fmt: skip
-    if state.get("settings") != wanted:
+    recorded = state.get("settings") or {}
+    if {**recorded, "input_sha256": None} == {**wanted, "input_sha256": None}:
+        if recorded.get("input_sha256") != wanted["input_sha256"]:
+            raise app.UsageError(f"--input_file={FLAGS.input_file} has changed since the run "
+                                 f"that {state_path} records stopped; pass --overwrite to start "
+                                 "again")  # fmt: skip
+    else:
         raise app.UsageError(f"{state_path} records a stopped run with other flags; pass "
                              "--overwrite to start again with these")  # fmt: skip
     return state["done"], state["bytes"]
@@ -201,8 +216,12 @@ def main(argv):
     layers = parse_layers(FLAGS.layers, config.num_hidden_layers)
     if FLAGS.output_format == "npy" and FLAGS.pooling == "concat_last4" and config.num_hidden_layers < 4:
         raise app.UsageError("--pooling=concat_last4 needs a checkpoint of at least 4 layers")
-    done, keep = resume_state(FLAGS.output_file, settings())
-    total = count_lines(FLAGS.input_file)
+    if not FLAGS.overwrite and os.path.exists(FLAGS.output_file):
+        raise app.UsageError(f"--output_file={FLAGS.output_file} exists; pass --overwrite to "
+                             "replace it, or another --output_file")  # fmt: skip
+    total = count_lines(FLAGS.input_file)  # every line checked before any work
+    wanted = settings(file_digest(FLAGS.input_file))
+    done, keep = resume_state(FLAGS.output_file, wanted)
     logging.info("%d texts in %s", total, FLAGS.input_file)
     encoder, tokenizer, _ = load_pretrained(checkpoint, FLAGS.do_lower_case)
     extractor = Extractor(encoder, tokenizer, FLAGS.max_seq_length, layers)
@@ -235,7 +254,7 @@ def main(argv):
                 out.flush()
                 os.fsync(out.fileno())
                 done += len(batch)
-                runs.write_json(state_path, {"settings": settings(), "done": done,
+                runs.write_json(state_path, {"settings": wanted, "done": done,
                                              "bytes": out.tell()})  # fmt: skip
                 batch = []
                 now = time.perf_counter()

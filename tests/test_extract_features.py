@@ -116,3 +116,15 @@ def test_a_killed_run_continues_where_it_stopped(tmp_path, input_file, tiny_chec
     # A finished file is not replaced unless asked; other flags do not reuse a stopped run.
     refused = extract(*flags, f"--output_file={output}", expect=1)
     assert "exists; pass --overwrite" in refused.stderr
+    # A stopped run whose input file was edited since is not continued: its first texts'
+    # features would be the old texts'.
+    stopped = str(tmp_path / "stopped.jsonl")
+    extract(*flags, f"--output_file={stopped}", prefix=("-c", KILL_AFTER_TWO_BATCHES), expect=-9)
+    with open(input_file, "a", encoding="utf-8") as f:
+        f.write("one more text\n")
+    refused = extract(*flags, f"--output_file={stopped}", expect=1)
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: --input_file={input_file} has changed since the run that "
+        f"{stopped}.progress.json records stopped; pass --overwrite to start again")
+    extract(*flags, f"--output_file={stopped}", "--overwrite")
+    assert len(open(stopped, encoding="utf-8").read().splitlines()) == 7
