@@ -49,6 +49,10 @@ class TaskBinary:
         """Reads the evaluation data. Called once the strategy exists: TensorFlow fixes its
         devices at its first tensor, after which no strategy can split or join them."""
 
+    def training_files(self):
+        """The files the training data is read from; the run records their content."""
+        return [FLAGS.train_file] if "train_file" in FLAGS and FLAGS.train_file else []
+
     def read_training(self):
         """The training data; raise app.UsageError when there is none."""
         raise NotImplementedError
@@ -76,8 +80,11 @@ class TaskBinary:
         write, run_dir = common.is_chief(strategy), common.run_dir_of(strategy, output_dir)
         self.prepare()
         if FLAGS.do_train:
-            state = runs.claim(run_dir, runs.settings_of(FLAGS, self.name),
-                               FLAGS.overwrite_output_dir)  # fmt: skip
+            settings = runs.settings_of(FLAGS, self.name)
+            files = [path for path in self.training_files() if os.path.isfile(path)]
+            if files:  # a missing file is reported by read_training
+                settings["training_data_sha256"] = runs.data_digest(files)
+            state = runs.claim(run_dir, settings, FLAGS.overwrite_output_dir)
             try:
                 if state == "finished":
                     logging.info("%s holds this run, finished: evaluating it (pass "

@@ -308,6 +308,9 @@ class GlueBinary(driver.TaskBinary):
     def metrics(self, logits, labels):
         return compute_metrics(self.task, logits, labels)
 
+    def training_files(self):
+        return [] if FLAGS.tfds else [os.path.join(FLAGS.data_dir, "train.tsv")]
+
     def read_training(self):
         return self.train.head(FLAGS.max_train_examples)
 

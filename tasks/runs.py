@@ -12,6 +12,7 @@ Every file is written under a temporary name and renamed, so none is ever half-w
 
 import fcntl
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -66,6 +67,19 @@ def settings_of(flag_values, task):
     return json.loads(json.dumps(values, default=str))
 
 
+def data_digest(paths):
+    """The SHA-256 of the files' contents, in order: what a run records of its training data,
+    so that data edited since is not trained on further, nor a finished run reused as if
+    trained on it."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
 def _read_settings(path):
     try:
         with open(path, encoding="utf-8") as f:
@@ -110,13 +124,19 @@ def claim(run_dir, settings, overwrite=False, finished=FINISHED):
     elif recorded is not None:
         differ = [k for k in sorted(recorded.keys() & settings.keys()) if recorded[k] != settings[k]]
         if differ:
-            shown = "; ".join(f"--{k}={recorded[k]} there, {settings[k]} now" for k in differ)
+            shown = "; ".join(_difference(k, recorded[k], settings[k]) for k in differ)
             raise app.UsageError(f"--output_dir={run_dir} holds a run with other settings "
                                  f"({shown}): pass --overwrite_output_dir to replace it, "
                                  "--nodo_train to use it as it is, or another --output_dir")  # fmt: skip
         return "finished" if os.path.exists(os.path.join(run_dir, finished)) else "resume"
     write_json(os.path.join(run_dir, SETTINGS), settings)
     return "new"
+
+
+def _difference(key, there, now):
+    if key == "training_data_sha256":
+        return f"training data SHA-256 {there[:12]}... there, {now[:12]}... now (edited since)"
+    return f"--{key}={there} there, {now} now"
 
 
 def release(run_dir):

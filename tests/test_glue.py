@@ -293,3 +293,23 @@ def test_auto_precision_is_resolved_recorded_and_kept_on_resume(tmp_path, tiny_c
     monkeypatch.setattr(distribute, "CPU_INFO", str(avx2))
     with pytest.raises(app.UsageError, match="--mixed_precision=bfloat16 there, none now"):
         glue.run(glue.get_task("RTE"))
+
+
+def test_a_run_on_training_data_edited_since_is_refused(tmp_path, tiny_checkpoint, flags_parsed):
+    import shutil
+
+    from absl import app
+
+    data = tmp_path / "SST-2"
+    shutil.copytree(os.path.join(GLUE, "SST-2"), data)
+    flags_parsed.task_name, flags_parsed.data_dir = "SST-2", str(data)
+    flags_parsed.output_dir, flags_parsed.init_checkpoint = str(tmp_path / "run"), tiny_checkpoint
+    flags_parsed.num_train_epochs, flags_parsed.train_batch_size = 1, 16
+    first = glue.run(glue.get_task("SST-2"))
+    assert glue.run(glue.get_task("SST-2")) == first  # the finished run, reused
+    with open(data / "train.tsv", "a", encoding="utf-8") as f:
+        f.write("one more film\t1\n")
+    with pytest.raises(app.UsageError, match=r"holds a run with other settings \(training data "
+                                             r"SHA-256 \w{12}\.\.\. there, \w{12}\.\.\. now "
+                                             r"\(edited since\)\)"):  # fmt: skip
+        glue.run(glue.get_task("SST-2"))
