@@ -19,7 +19,6 @@ each batch: a run that is stopped and started again with the same flags continue
 batch written. The finished file replaces --output_file in one rename.
 """
 
-import hashlib
 import json
 import os
 import time
@@ -151,14 +150,6 @@ def settings(input_digest):
     return {**values, "input_sha256": input_digest}
 
 
-def file_digest(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def resume_state(output_file, wanted):
     """(texts done, bytes of the partial file to keep) of a stopped run with these settings."""
     state_path = output_file + ".progress.json"
@@ -220,7 +211,7 @@ def main(argv):
         raise app.UsageError(f"--output_file={FLAGS.output_file} exists; pass --overwrite to "
                              "replace it, or another --output_file")  # fmt: skip
     total = count_lines(FLAGS.input_file)  # every line checked before any work
-    wanted = settings(file_digest(FLAGS.input_file))
+    wanted = settings(runs.data_digest([FLAGS.input_file]))
     done, keep = resume_state(FLAGS.output_file, wanted)
     logging.info("%d texts in %s", total, FLAGS.input_file)
     encoder, tokenizer, _ = load_pretrained(checkpoint, FLAGS.do_lower_case)
