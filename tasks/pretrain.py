@@ -211,7 +211,11 @@ def main(argv):
     output_dir = FLAGS.output_dir or os.path.join("runs", "pretrain")
     strategy = common.create_strategy()
     target = common.run_dir_of(strategy, output_dir)
-    state = runs.claim(target, runs.settings_of(FLAGS, "pretrain"), FLAGS.overwrite_output_dir,
+    settings = runs.settings_of(FLAGS, "pretrain")
+    data = (pretraining_text.input_files(FLAGS.input_file) if FLAGS.input_file else
+            pretraining_text.input_files(FLAGS.text_file, "--text_file"))  # fmt: skip
+    settings["training_data_sha256"] = runs.data_digest(data)  # edited data is not resumed on
+    state = runs.claim(target, settings, FLAGS.overwrite_output_dir,
                        finished=os.path.join(checkpoints.HUGGING_FACE, "config.json"))  # fmt: skip
     if state == "finished":
         logging.info("%s holds this run, finished (pass --overwrite_output_dir to train it "

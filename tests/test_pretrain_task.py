@@ -154,8 +154,9 @@ def test_two_workers_pretrain_to_identical_weights(tmp_path, pretraining_data, m
 
 @pytest.mark.slow
 def test_streaming_pretraining_from_raw_text(tmp_path, minilm_dir):
-    command = [sys.executable, "-m", "tasks.pretrain",
-               f"--text_file={os.path.join(DATA, 'pretrain', 'moby_crlf_part.txt')}",
+    text = tmp_path / "moby.txt"
+    text.write_bytes(open(os.path.join(DATA, "pretrain", "moby_crlf_part.txt"), "rb").read())
+    command = [sys.executable, "-m", "tasks.pretrain", f"--text_file={text}",
                "--text_format=text", f"--bert_config_file={tmp_path / 'bert_config.json'}",
                f"--vocab_file={os.path.join(minilm_dir, 'vocab.txt')}", f"--output_dir={tmp_path}",
                "--max_seq_length=64", "--max_predictions_per_seq=10", "--train_batch_size=8",
@@ -166,6 +167,15 @@ def test_streaming_pretraining_from_raw_text(tmp_path, minilm_dir):
     history = json.loads((tmp_path / "history.json").read_text())
     assert len(history["loss"]) == 2 and all(np.isfinite(history["loss"]))
     assert checkpoints.load_checkpoint(str(tmp_path / "google")).masked_lm is not None
+    # The run records its text's SHA-256: edited since, the text is not trained on as if the
+    # finished run had seen it.
+    with open(text, "ab") as f:
+        f.write(b"Call me Ishmael, once more.\r\n")
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert re.search(r"^error: --output_dir=.* holds a run with other settings \(training data "
+                     r"SHA-256 \w{12}\.\.\. there, \w{12}\.\.\. now \(edited since\)\)",
+                     result.stderr.strip().splitlines()[-1])  # fmt: skip
 
 
 @pytest.mark.slow
