@@ -123,10 +123,11 @@ def check_split_files(readers):
             raise app.UsageError(f"--{file_flag} is read only with "
                                  f"{' or '.join('--' + d for d in do_flags)}; pass that, or "
                                  f"leave out --{file_flag}")  # fmt: skip
-        for do_flag in on if not given else []:
-            if FLAGS[do_flag].present:
-                raise app.UsageError(f"--{do_flag} needs --{file_flag}")
-            logging.info("no --%s: nothing for --%s to read", file_flag, do_flag)
+        if not given:
+            for do_flag in on:
+                if FLAGS[do_flag].present:
+                    raise app.UsageError(f"--{do_flag} needs --{file_flag}")
+                logging.info("no --%s: nothing for --%s to read", file_flag, do_flag)
 
 
 @dataclasses.dataclass

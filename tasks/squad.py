@@ -114,12 +114,11 @@ def questions_of(data, path, training=False, version_2=False):
     texts, spans, ids = {"question": [], "context": []}, [], []
     skipped = {"answer_start does not match the answer text": 0, "empty passage": 0,
                "empty question": 0}  # fmt: skip
-    empty_questions, seen = 0, set()
+    seen = set()
     for article in data:
         for paragraph in article["paragraphs"]:
             context = paragraph["context"]
             for question in paragraph["qas"]:
-                empty_questions += not question["question"].strip()
                 if training:
                     span = _answer_span(question, context, path, version_2)
                     reason = ("empty passage" if not context.strip() else
@@ -142,7 +141,8 @@ def questions_of(data, path, training=False, version_2=False):
     for reason, count in skipped.items():
         if count:
             logging.warning("%s: skipped %d questions (%s)", path, count, reason)
-    if empty_questions and not training:
+    empty_questions = 0 if training else sum(not q.strip() for q in texts["question"])
+    if empty_questions:
         logging.warning("%s: %d questions are empty; each is answered from its passage "
                         "alone, as the export answers an empty question", path,
                         empty_questions)  # fmt: skip
