@@ -130,6 +130,13 @@ class BertPreprocessor(keras.layers.Layer):
     def call(self, x):
         return self.packer(*[self.tokenizer(t) for t in self.segments(x)])
 
+    def untruncated_lengths(self, x):
+        """Tokens each example packs to before truncation, [CLS] and its [SEP]s counted: int64
+        (batch,). The examples `sequence_length` truncates are those longer than it."""
+        segments = self.segments(x)
+        pieces = sum(self.tokenizer(t).row_lengths() for t in segments)
+        return pieces + len(segments) + 1
+
     def get_config(self):
         return {
             **super().get_config(),
@@ -185,6 +192,13 @@ class BertMultipleChoicePreprocessor(BertPreprocessor):
                              self.tokenizer(tf.reshape(endings, [-1])))  # fmt: skip
         # (batch * choices, seq) -> (batch, choices, seq)
         return {k: tf.reshape(v, [-1, self.num_choices, tf.shape(v)[-1]]) for k, v in packed.items()}
+
+    def untruncated_lengths(self, x):
+        """int64 (batch, num_choices): each context-and-ending pair's `untruncated_lengths`."""
+        contexts, endings = self.texts(x)
+        context = self.tokenizer(contexts).row_lengths()[:, None]  # (batch, 1)
+        ending = self.tokenizer(tf.reshape(endings, [-1])).row_lengths()
+        return context + tf.reshape(ending, [-1, self.num_choices]) + 3
 
     def get_config(self):
         config = {**super().get_config(), "num_choices": self.num_choices}

@@ -147,6 +147,21 @@ class Split:
         labels = None if self.labels is None else self.labels[:count]
         return Split({k: v[:count] for k, v in self.texts.items()}, labels, self.ids[:count])
 
+    def count_truncated(self, preprocessor, text_keys):
+        """How many examples the preprocessor truncates (for multiple choice: in any choice)."""
+        lengths = preprocessor.untruncated_lengths([self.texts[k] for k in text_keys]).numpy()
+        cut = np.any(lengths > preprocessor.sequence_length, axis=tuple(range(1, lengths.ndim)))
+        return int(np.sum(cut))
+
+
+def log_truncated(preprocessor, splits, text_keys):
+    """Logs how many examples of each (name, split) --max_seq_length truncates."""
+    for name, split in splits:
+        cut = split.count_truncated(preprocessor, text_keys)
+        logging.info("%d of %d %s examples have more than --max_seq_length=%d tokens and are "
+                     "truncated (longest segment first)", cut, len(split), name,
+                     preprocessor.sequence_length)  # fmt: skip
+
 
 def create_strategy():
     """The strategy and mixed-precision policy the flags ask for."""

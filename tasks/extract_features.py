@@ -96,7 +96,6 @@ class Extractor:
         self.single = BertPreprocessor(tokenizer, packer, num_segments=1)
         self.pair = BertPreprocessor(tokenizer, packer, num_segments=2)
         self.vocabulary, self.layers, self.sequence_length = tokenizer.vocabulary, layers, sequence_length
-        self.tokenizer = tokenizer
         self.encode = tf.function(lambda inputs: encoder(inputs)["encoder_outputs"],
                                   reduce_retracing=True)  # fmt: skip
 
@@ -111,12 +110,11 @@ class Extractor:
                 continue
             if preprocess is self.single:
                 texts = tf.constant([batch[i][1] for i in indices])
-                lengths = self.tokenizer(texts).row_lengths() + 2
             else:
                 texts = (tf.constant([batch[i][1] for i in indices]),
                          tf.constant([batch[i][2] for i in indices]))  # fmt: skip
-                lengths = sum(self.tokenizer(t).row_lengths() for t in texts) + 3
-            truncated += int(tf.reduce_sum(tf.cast(lengths > self.sequence_length, tf.int32)))
+            lengths = preprocess.untruncated_lengths(texts).numpy()
+            truncated += int(np.sum(lengths > self.sequence_length))
             inputs = preprocess(texts)
             outputs = [o.numpy() for o in self.encode(inputs)]
             real = inputs["input_mask"].numpy().sum(axis=1)

@@ -16,7 +16,6 @@ import os
 import sys
 
 import numpy as np
-import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertClassifier, textfiles
@@ -267,14 +266,6 @@ def compute_metrics(task, logits, labels):
     return results
 
 
-def count_truncated(tokenizer, split, text_columns, sequence_length):
-    """How many of the split's examples need more than sequence_length tokens: their word
-    pieces, [CLS] and a [SEP] after each text."""
-    lengths = sum(tokenizer(tf.constant(split.texts[column])).row_lengths().numpy()
-                  for column in text_columns)  # fmt: skip
-    return int(np.sum(lengths + len(text_columns) + 1 > sequence_length))
-
-
 def write_submission(path, task, ids, logits):
     if task.labels is None:
         rows = [f"{i}\t{score:.3f}" for i, score in zip(ids, logits[:, 0])]
@@ -322,12 +313,8 @@ class GlueBinary(driver.TaskBinary):
             do_lower_case=FLAGS.do_lower_case, labels=labels, name=self.name)  # fmt: skip
 
     def training_dataset(self, model, training):
-        for name, split in (("train", training), *self.dev_splits.items()):
-            cut = count_truncated(model.preprocessor.tokenizer, split, self.task.text_columns,
-                                  FLAGS.max_seq_length)  # fmt: skip
-            logging.info("%d of %d %s examples have more than --max_seq_length=%d tokens and are "
-                         "truncated (longest segment first)", cut, len(split), name,
-                         FLAGS.max_seq_length)  # fmt: skip
+        common.log_truncated(model.preprocessor, [("train", training), *self.dev_splits.items()],
+                             self.task.text_columns)  # fmt: skip
         dataset = common.make_dataset(training, self.task.text_columns, FLAGS.train_batch_size,
                                       training=True)  # fmt: skip
         return dataset, int(np.ceil(len(training) / FLAGS.train_batch_size))

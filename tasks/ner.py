@@ -190,14 +190,12 @@ class NerBinary(driver.TaskBinary):
             do_lower_case=FLAGS.do_lower_case, name=self.name)  # fmt: skip
 
     def training_dataset(self, model, training):
-        tokenizer = model.preprocessor.tokenizer
         for name, split in (("train", training), *self.splits.items()):
-            pieces = tokenizer(tf.constant(split.texts["sentence"])).row_lengths().numpy()
-            cut = int(np.sum(pieces > FLAGS.max_seq_length - 2))
+            cut = split.count_truncated(model.preprocessor, ["sentence"])
             if cut:
-                logging.warning("%d %s sentences have more than --max_seq_length=%d word pieces; "
-                                "their words past it are tagged O", cut, name,
-                                FLAGS.max_seq_length)  # fmt: skip
+                logging.warning("%d %s sentences have more than --max_seq_length=%d tokens "
+                                "([CLS] and [SEP] counted); their words past it are tagged O",
+                                cut, name, FLAGS.max_seq_length)  # fmt: skip
         return (train_dataset(training, model, FLAGS.train_batch_size),
                 int(np.ceil(len(training) / FLAGS.train_batch_size)))  # fmt: skip
 

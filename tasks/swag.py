@@ -89,9 +89,10 @@ class SwagBinary(driver.TaskBinary):
         super().check_flags()
 
     def prepare(self):
-        self.dev_sets = {}
+        self.dev_sets, self.dev_splits = {}, {}
         if FLAGS.do_eval and FLAGS.dev_file:
             dev = read_swag(FLAGS.dev_file).head(FLAGS.max_eval_examples)
+            self.dev_splits["dev"] = dev
             self.dev_sets["dev"] = (batches(dev), dev.labels)
 
     def read_training(self):
@@ -105,6 +106,8 @@ class SwagBinary(driver.TaskBinary):
             do_lower_case=FLAGS.do_lower_case, name=self.name)  # fmt: skip
 
     def training_dataset(self, model, training):
+        common.log_truncated(model.preprocessor, [("train", training), *self.dev_splits.items()],
+                             TEXTS)  # fmt: skip
         dataset = common.make_dataset(training, TEXTS, FLAGS.train_batch_size, training=True)
         return dataset, int(np.ceil(len(training) / FLAGS.train_batch_size))
 

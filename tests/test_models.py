@@ -150,6 +150,29 @@ def test_preprocessors_called_from_python_run_one_traced_graph(tiny_checkpoint, 
     assert not np.array_equal(masked[0], masked[2])
 
 
+def test_untruncated_lengths_are_what_the_packer_packs_without_truncation(tiny_checkpoint):
+    from keras_bert.tagging import WordTagger
+
+    tokenizer = keras_bert.BertTokenizer.from_checkpoint(tiny_checkpoint)
+    long = " ".join(SENTENCES)  # 15 word pieces
+    pairs = [[long, "tedious mess"], ["a delight", "a delight"]]
+    cases = [  # (preprocessor class, its extra arguments, texts)
+        (keras_bert.BertPreprocessor, {}, SENTENCES + [long]),
+        (keras_bert.BertPreprocessor, {"num_segments": 2}, pairs),
+        (keras_bert.BertMultipleChoicePreprocessor, {"num_choices": 2}, (pairs[0], pairs)),
+        (WordTagger, {"tags": ["O", "B-X", "I-X"]}, SENTENCES + [long]),
+    ]  # fmt: skip
+    for kind, arguments, texts in cases:
+        full = kind.from_tokenizer(tokenizer, 64, **arguments)
+        lengths = full.untruncated_lengths(texts).numpy()
+        np.testing.assert_array_equal(lengths, full(texts)["input_mask"].numpy().sum(-1))
+        short = kind.from_tokenizer(tokenizer, 12, **arguments)
+        np.testing.assert_array_equal(short.untruncated_lengths(texts), lengths)
+        np.testing.assert_array_equal(short(texts)["input_mask"].numpy().sum(-1),
+                                      np.minimum(lengths, 12))  # fmt: skip
+        assert (lengths > 12).any() and (lengths <= 12).any(), kind.__name__
+
+
 def test_predict_under_a_strategy_preprocesses_in_tf_data(classifier, tiny_checkpoint):
     with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
         placed = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=2,

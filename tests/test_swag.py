@@ -81,3 +81,16 @@ def test_swag_binary_learns_its_training_rows(tmp_path, tiny_checkpoint):
                             num_train_epochs=3.0, train_batch_size=5, learning_rate=1e-2,
                             max_seq_length=64)  # fmt: skip
     assert scores["dev"]["accuracy"] >= 0.9
+
+
+def test_an_example_counts_as_truncated_when_any_of_its_choices_is(minilm_dir):
+    split = swag.read_swag(os.path.join(DATA, "swag_sample.jsonl"))
+    tokenizer = BertTokenizer.from_checkpoint(minilm_dir)
+    whole = BertMultipleChoicePreprocessor.from_tokenizer(tokenizer, 128, num_choices=4)
+    packed = whole([split.texts["context"], split.texts["endings"]])["input_mask"].numpy()
+    longest = packed.sum(-1).max(-1)  # (examples,): the longest choice's tokens
+    length = int(sorted(longest)[len(longest) // 2])
+    short = BertMultipleChoicePreprocessor.from_tokenizer(tokenizer, length, num_choices=4)
+    expected = int((longest > length).sum())
+    assert 0 < expected < len(split)
+    assert split.count_truncated(short, swag.TEXTS) == expected
