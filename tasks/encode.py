@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert import BertPacker, BertTokenizer, checkpoints, load_checkpoint
+from keras_bert import BertPreprocessor, BertTokenizer, checkpoints, load_checkpoint
 from keras_bert.task import check_sequence_length
 from tasks import check_flag_texts, default_checkpoint, run_main
 
@@ -47,8 +47,12 @@ def main(argv):
     logging.info("loading %s", checkpoint)
     encoder = load_checkpoint(checkpoint).encoder
     tokenizer = BertTokenizer.from_checkpoint(checkpoint)
-    packer = BertPacker.from_tokenizer(tokenizer, sequence_length=FLAGS.max_seq_length)
-    inputs = packer(tokenizer(tf.constant(FLAGS.sentences)))
+    preprocessor = BertPreprocessor.from_tokenizer(tokenizer, FLAGS.max_seq_length)
+    for i, length in enumerate(preprocessor.untruncated_lengths(FLAGS.sentences).numpy()):
+        if length > FLAGS.max_seq_length:
+            logging.warning("sentence [%d] packs to %d tokens, more than --max_seq_length=%d: "
+                            "its vector ignores the rest", i, length, FLAGS.max_seq_length)
+    inputs = preprocessor(FLAGS.sentences)
     outputs = encoder(inputs)
     print(f"sequence_output {tuple(outputs['sequence_output'].shape)}, "
           f"pooled_output {tuple(outputs['pooled_output'].shape)}, "

@@ -51,6 +51,17 @@ def test_encode_job_compares_sentences():
     assert similarity[0][1] > similarity[0][2] + 0.3  # cat ~ kitten, not stocks
 
 
+@pytest.mark.slow
+def test_encode_job_warns_of_each_sentence_it_truncates():
+    result = subprocess.run([sys.executable, "-m", "tasks.encode", "--max_seq_length=6",
+                             "--sentences", "A cat sat.", "--sentences", "A kitten was sitting."],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    warnings = [line.split("] ", 1)[1] for line in result.stderr.splitlines() if "packs to" in line]
+    assert warnings == ["sentence [1] packs to 7 tokens, more than --max_seq_length=6: its vector "
+                        "ignores the rest"]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "module, flags",
     [("tasks.encode", ["--checkpoint", "--sentences", "--max_seq_length", "--pooling"]),
