@@ -40,7 +40,7 @@ class TaskBinary:
         if FLAGS.layer_decay is not None and not 0 < FLAGS.layer_decay <= 1:
             raise app.UsageError(f"--layer_decay must be in (0, 1], got {FLAGS.layer_decay}")
         if FLAGS.output_dir and os.path.isfile(FLAGS.output_dir):
-            raise app.UsageError(f"--output_dir={FLAGS.output_dir} is a file; pass a folder")
+            raise app.UsageError(f"--output_dir={FLAGS.output_dir} is a file, not a folder")
         if FLAGS.do_train:
             config = checkpoints.read_config(common.checkpoint_path())
             check_sequence_length(FLAGS.max_seq_length, config, "--max_seq_length")

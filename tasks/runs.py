@@ -99,8 +99,6 @@ def claim(run_dir, settings, overwrite=False, finished=FINISHED):
     removes it; so is one whose settings were not recorded, and a folder another writer holds
     (until `release`).
     """
-    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
-        raise app.UsageError(f"--output_dir={run_dir} is a file; pass a folder")
     textfiles.make_folder(run_dir, "--output_dir")
     lock = open(os.path.join(run_dir, ".lock"), "a")
     try:

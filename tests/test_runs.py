@@ -56,7 +56,7 @@ def test_a_run_without_recorded_settings_is_not_reused(tmp_path):
         runs.claim(str(tmp_path), SETTINGS)
     runs.release(str(tmp_path))
     (tmp_path / "file").write_text("")
-    with pytest.raises(app.UsageError, match="is a file; pass a folder"):
+    with pytest.raises(ValueError, match=r"^--output_dir: .*file is a file, not a folder$"):
         runs.claim(str(tmp_path / "file"), SETTINGS)
 
 
