@@ -12,6 +12,7 @@ bare encoder in the TF Hub BERT layout (exported/<model_name>_preprocess, _encod
 """
 
 import os
+import re
 
 import keras
 from absl import app, flags, logging
@@ -90,6 +91,10 @@ def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, ma
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    name = FLAGS.model_name
+    if name is not None and (not re.fullmatch(r"[\w.-]+", name) or set(name) == {"."}):
+        raise app.UsageError(f"--model_name={name!r} is not a folder name: use letters, digits, "
+                             "'_', '-' and '.' only (TF Serving serves the folder's name)")  # fmt: skip
     path = export_run(FLAGS.run_dir, FLAGS.export_dir, FLAGS.model_name, FLAGS.version,
                       FLAGS.hub_layout, FLAGS.serving_max_windows, FLAGS.precision,
                       FLAGS.column_parts)  # fmt: skip
