@@ -94,3 +94,18 @@ def test_an_example_counts_as_truncated_when_any_of_its_choices_is(minilm_dir):
     expected = int((longest > length).sum())
     assert 0 < expected < len(split)
     assert split.count_truncated(short, swag.TEXTS) == expected
+
+
+def test_split_files_and_their_do_flags_are_checked_together(caplog):
+    from absl import app
+
+    from tasks import common
+
+    readers = {"dev_file": ["do_eval"], "test_file": ["do_predict"]}
+    check = lambda: common.check_split_files(readers)  # noqa: E731
+    caplog.set_level("INFO")
+    run_with_flags(check, dev_file=None, do_eval=True, test_file=None, do_predict=False)
+    assert [r.getMessage() for r in caplog.records] == [
+        "no --dev_file: nothing for --do_eval to read"]  # --do_eval is on by default
+    with pytest.raises(app.UsageError, match="^--test_file is read only with --do_predict; pass"):
+        run_with_flags(check, dev_file="d", do_eval=True, test_file="t", do_predict=False)
