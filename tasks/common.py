@@ -113,6 +113,28 @@ def refuse_unused_flags(unused, binary):
                                  + (f"; {instead}" if instead else ""))  # fmt: skip
 
 
+def check_at_least_one(names):
+    """Raises UsageError for the first integer flag of `names` given a value below 1."""
+    for name in names:
+        if FLAGS[name].value is not None and FLAGS[name].value < 1:
+            raise app.UsageError(f"--{name} must be at least 1, got {FLAGS[name].value}")
+
+
+def check_training_flags():
+    """Refuses the values of this module's training flags that would fail late or train
+    wrongly without a word (a negative --clip_norm reverses the gradients)."""
+    check_at_least_one(["train_batch_size", "save_checkpoints_steps", "log_every_steps",
+                        "num_cpu_devices"])  # fmt: skip
+    if not FLAGS.learning_rate > 0:
+        raise app.UsageError(f"--learning_rate must be positive, got {FLAGS.learning_rate}")
+    if not FLAGS.clip_norm > 0:
+        raise app.UsageError(f"--clip_norm must be positive, got {FLAGS.clip_norm}")
+    if not FLAGS.weight_decay >= 0:
+        raise app.UsageError(f"--weight_decay must be 0 or more, got {FLAGS.weight_decay}")
+    if not 0 <= FLAGS.seed < 2**32:
+        raise app.UsageError(f"--seed must be between 0 and 2**32 - 1, got {FLAGS.seed}")
+
+
 def check_split_files(readers):
     """`readers`: {file flag: the --do_ flags that read it}. A --do_ flag given true without its
     file, and a file that no --do_ flag set true reads, are refused with what to pass; a --do_

@@ -27,13 +27,11 @@ class TaskBinary:
 
     def check_flags(self):
         """Refuses bad flag values before anything heavy loads; binaries add their own."""
-        positive = ["train_batch_size", "eval_batch_size", "max_train_examples",
-                    "max_eval_examples", "save_checkpoints_steps", "log_every_steps"]  # fmt: skip
-        for name in positive:
-            if FLAGS[name].value is not None and FLAGS[name].value < 1:
-                raise app.UsageError(f"--{name} must be at least 1, got {FLAGS[name].value}")
-        if not (FLAGS.num_train_epochs > 0 and FLAGS.learning_rate > 0):
-            raise app.UsageError("--num_train_epochs and --learning_rate must be positive")
+        common.check_training_flags()
+        common.check_at_least_one(["eval_batch_size", "max_train_examples", "max_eval_examples"])
+        if not FLAGS.num_train_epochs > 0:
+            raise app.UsageError(f"--num_train_epochs must be positive, got "
+                                 f"{FLAGS.num_train_epochs}")  # fmt: skip
         if not 0 <= FLAGS.warmup_proportion <= 1:
             raise app.UsageError(f"--warmup_proportion must be between 0 and 1, got "
                                  f"{FLAGS.warmup_proportion}")  # fmt: skip

@@ -199,15 +199,27 @@ def warmup_steps():
     return FLAGS.num_warmup_steps
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+def check_flags():
     common.refuse_unused_flags(NOT_FOR_PRETRAINING, "pre-training")
     if bool(FLAGS.input_file) == bool(FLAGS.text_file):
         raise app.UsageError("pass --input_file (TFRecords) or --text_file (streaming), not both")
-    if FLAGS.num_train_steps < 1:
-        raise app.UsageError(f"--num_train_steps must be at least 1, got {FLAGS.num_train_steps}")
+    common.check_training_flags()
+    common.check_at_least_one(["num_train_steps", "steps_per_loop", "gradient_accumulation_steps"])
     common.check_warmup(warmup_steps(), FLAGS.num_train_steps, "--num_warmup_steps")
+    if FLAGS.text_file:
+        common.check_at_least_one(["max_predictions_per_seq"])
+        if not 0 < FLAGS.masked_lm_prob < 1:
+            raise app.UsageError(f"--masked_lm_prob must be above 0 and below 1, got "
+                                 f"{FLAGS.masked_lm_prob}")  # fmt: skip
+        if not 0 <= FLAGS.short_seq_prob <= 1:
+            raise app.UsageError(f"--short_seq_prob must be between 0 and 1, got "
+                                 f"{FLAGS.short_seq_prob}")  # fmt: skip
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    check_flags()
     output_dir = FLAGS.output_dir or os.path.join("runs", "pretrain")
     strategy = common.create_strategy()
     target = common.run_dir_of(strategy, output_dir)
@@ -227,7 +239,7 @@ def main(argv):
     dataset = training_dataset(examples_of(strategy, model))
     # Backups every --save_checkpoints_steps (else --steps_per_loop) optimizer steps; a resumed
     # run goes on from the batch its backup stopped at and ends at --num_train_steps.
-    accumulation = max(1, FLAGS.gradient_accumulation_steps)
+    accumulation = FLAGS.gradient_accumulation_steps
     loop = (FLAGS.save_checkpoints_steps or FLAGS.steps_per_loop) * accumulation  # batches
     history = common.fit_resumably(model, strategy, dataset, loop,
                                    FLAGS.num_train_steps * accumulation, [], output_dir, loop)  # fmt: skip
