@@ -42,7 +42,12 @@ def create_strategy(name, num_cpu_devices=1, tpu_address=None):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         patch_keras_for_multi_worker()
         return strategy
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address or "")
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address or "")
+    except (ValueError, OSError) as e:  # no local TPU; a name Cloud TPU's metadata lacks
+        where = f"named {tpu_address!r}" if tpu_address else "on this machine (no TPU name given)"
+        raise ValueError(f"--strategy=tpu: no TPU found {where} ({e}); pass the TPU's name or "
+                         "grpc:// address with --tpu") from None  # fmt: skip
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
