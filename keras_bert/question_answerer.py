@@ -9,6 +9,8 @@ inside the TensorFlow graph (keras_bert/spans.py), the same code in `fit`, `pred
 export.
 """
 
+import math
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -42,6 +44,9 @@ class BertQuestionAnswerer(BertTask):
 
     def __init__(self, encoder, preprocessor, version_2_with_negative=False,
                  null_score_diff_threshold=0.0, **kwargs):  # fmt: skip
+        if not math.isfinite(null_score_diff_threshold):
+            raise ValueError(f"null_score_diff_threshold must be a finite number, got "
+                             f"{null_score_diff_threshold}")  # fmt: skip
         # === Layers ===
         head = SpanLabelerHead(encoder.config.initializer_range, name="spans")
         # === Graph ===

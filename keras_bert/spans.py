@@ -36,10 +36,11 @@ class SpanWindows(BertPreprocessor):
         if max_query_length + 4 > max_seq_length:
             raise ValueError(f"max_query_length ({max_query_length}) leaves no room for the "
                              f"passage in max_seq_length ({max_seq_length}) tokens")  # fmt: skip
-        if doc_stride < 1:
-            raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
-        if max_windows < 1:
-            raise ValueError(f"max_windows must be at least 1, got {max_windows}")
+        for name, value in (("max_query_length", max_query_length), ("doc_stride", doc_stride),
+                            ("n_best_size", n_best_size), ("max_answer_length", max_answer_length),
+                            ("max_windows", max_windows)):  # fmt: skip
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
         self.max_query_length = max_query_length
         self.doc_stride = doc_stride
         self.n_best_size = n_best_size

@@ -18,6 +18,7 @@ than --max_query_length tokens are cut (as the original does) and counted in the
 """
 
 import json
+import math
 import os
 
 import numpy as np
@@ -259,10 +260,10 @@ class SquadBinary(driver.TaskBinary):
         common.refuse_unused_flags(UNUSED_FLAGS, "SQuAD")
         common.check_split_files({"predict_file": ["do_eval", "do_predict"]})
         super().check_flags()
-        if FLAGS.max_windows < 1:
-            raise app.UsageError(f"--max_windows must be at least 1, got {FLAGS.max_windows}")
-        if FLAGS.doc_stride < 1:
-            raise app.UsageError(f"--doc_stride must be at least 1, got {FLAGS.doc_stride}")
+        common.check_at_least_one(["max_windows", "doc_stride", "n_best_size", "max_answer_length"])
+        if not math.isfinite(FLAGS.null_score_diff_threshold):
+            raise app.UsageError(f"--null_score_diff_threshold must be a finite number, got "
+                                 f"{FLAGS.null_score_diff_threshold}")  # fmt: skip
         if FLAGS.max_query_length < 1 or FLAGS.max_query_length + 4 > FLAGS.max_seq_length:
             raise app.UsageError(f"--max_query_length={FLAGS.max_query_length} leaves no room "
                                  f"for the passage in --max_seq_length={FLAGS.max_seq_length}: "

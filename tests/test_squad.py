@@ -8,6 +8,7 @@ import tensorflow as tf
 from conftest import DATA, run_with_flags, served_in_clean_process
 
 from exports import export
+from keras_bert import BertQuestionAnswerer
 from keras_bert.tokenizer import BertTokenizer
 from tasks import squad, squad_metrics
 from keras_bert.spans import SpanWindows
@@ -136,6 +137,17 @@ def test_decode_picks_the_best_allowed_span(tokenizer):
     assert passage[s:e] == "brown pink"
     assert best["scores"][0, 0] == 10.0 and best["scores"][0, 1] == -91.0
     assert best["null_score"][0] == pytest.approx(3.0)
+
+
+def test_decoding_settings_that_would_answer_nothing_are_refused(tokenizer, tiny_checkpoint):
+    for name in ("max_query_length", "doc_stride", "n_best_size", "max_answer_length",
+                 "max_windows"):  # fmt: skip
+        with pytest.raises(ValueError, match=f"^{name} must be at least 1, got 0$"):
+            SpanWindows.from_tokenizer(tokenizer, 40, **{"max_query_length": 8, name: 0})
+    with pytest.raises(ValueError, match="^null_score_diff_threshold must be a finite number"):
+        BertQuestionAnswerer.from_checkpoint(tiny_checkpoint, sequence_length=32,
+                                             max_query_length=8, doc_stride=8,
+                                             null_score_diff_threshold=float("nan"))  # fmt: skip
 
 
 def test_decode_skips_starts_outside_their_window_of_most_context(tokenizer):
