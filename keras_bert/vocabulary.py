@@ -61,7 +61,13 @@ def find_vocabulary(path, do_lower_case=None):
     vocab_file = os.path.join(folder, "vocab.txt")
     if not os.path.isfile(vocab_file):
         raise FileNotFoundError(f"{folder} has no vocab.txt")
+    words = [token for token in read_vocabulary(vocab_file) if not token.startswith("[")]
+    cased = any(token != token.lower() for token in words)
     if do_lower_case is not None:
+        if not do_lower_case and not cased and any(token != token.upper() for token in words):
+            raise ValueError(f"do_lower_case=False, but {vocab_file} is uncased (it has "
+                             "lower-case letters and no upper-case ones): every capitalised "
+                             "word would become [UNK]; leave do_lower_case unset or pass True")  # fmt: skip
         return vocab_file, bool(do_lower_case)
     for name in ("tokenizer_config.json", "keras_bert.json"):
         settings = os.path.join(folder, name)
@@ -69,9 +75,6 @@ def find_vocabulary(path, do_lower_case=None):
             value = read_json(settings).get("do_lower_case")
             if value is not None:
                 return vocab_file, bool(value)
-    cased = any(
-        token != token.lower() for token in read_vocabulary(vocab_file) if not token.startswith("[")
-    )
     logging.getLogger("absl").info(
         "%s: do_lower_case=%s, inferred from the vocabulary", vocab_file, not cased
     )

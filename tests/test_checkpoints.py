@@ -246,6 +246,9 @@ def test_lower_casing_is_read_or_inferred(tmp_path, minilm_dir):
     assert checkpoints.find_vocabulary(str(folder))[1] is False
     write_vocab(folder / "vocab.txt", TINY_VOCAB)
     assert checkpoints.find_vocabulary(str(folder))[1] is True
+    with pytest.raises(ValueError, match=r"^do_lower_case=False, but .*vocab.txt is uncased"):
+        checkpoints.find_vocabulary(str(folder), do_lower_case=False)  # every "Paris" an [UNK]
+    write_vocab(folder / "vocab.txt", TINY_VOCAB[:5] + ["巴", "黎", "。"])  # no cased letter
     assert checkpoints.find_vocabulary(str(folder), do_lower_case=False)[1] is False
 
 
