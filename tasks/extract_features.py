@@ -195,6 +195,11 @@ def main(argv):
             raise app.UsageError(f"--{name} is required")
     if FLAGS.batch_size < 1:
         raise app.UsageError(f"--batch_size must be at least 1, got {FLAGS.batch_size}")
+    unused = "layers" if FLAGS.output_format == "npy" else "pooling"
+    if FLAGS[unused].present:
+        raise app.UsageError(f"--{unused} does not apply to --output_format="
+                             f"{FLAGS.output_format}; leave it out, or pass --output_format="
+                             f"{'jsonl' if unused == 'layers' else 'npy'}")  # fmt: skip
     if os.path.isdir(FLAGS.output_file):
         raise app.UsageError(f"--output_file={FLAGS.output_file} is a folder; pass a file path")
     textfiles.make_folder(os.path.dirname(os.path.abspath(FLAGS.output_file)),
