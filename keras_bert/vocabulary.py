@@ -61,13 +61,9 @@ def find_vocabulary(path, do_lower_case=None):
     vocab_file = os.path.join(folder, "vocab.txt")
     if not os.path.isfile(vocab_file):
         raise FileNotFoundError(f"{folder} has no vocab.txt")
-    words = [token for token in read_vocabulary(vocab_file) if not token.startswith("[")]
-    cased = any(token != token.lower() for token in words)
+    vocabulary = read_vocabulary(vocab_file)
     if do_lower_case is not None:
-        if not do_lower_case and not cased and any(token != token.upper() for token in words):
-            raise ValueError(f"do_lower_case=False, but {vocab_file} is uncased (it has "
-                             "lower-case letters and no upper-case ones): every capitalised "
-                             "word would become [UNK]; leave do_lower_case unset or pass True")  # fmt: skip
+        check_lower_casing(vocabulary, do_lower_case, vocab_file)
         return vocab_file, bool(do_lower_case)
     for name in ("tokenizer_config.json", "keras_bert.json"):
         settings = os.path.join(folder, name)
@@ -75,7 +71,23 @@ def find_vocabulary(path, do_lower_case=None):
             value = read_json(settings).get("do_lower_case")
             if value is not None:
                 return vocab_file, bool(value)
+    cased = any(token != token.lower() for token in _words(vocabulary))
     logging.getLogger("absl").info(
         "%s: do_lower_case=%s, inferred from the vocabulary", vocab_file, not cased
     )
     return vocab_file, not cased
+
+
+def _words(vocabulary):
+    return [token for token in vocabulary if not token.startswith("[")]
+
+
+def check_lower_casing(vocabulary, do_lower_case, source="vocabulary"):
+    """Raises ValueError for do_lower_case=False with an uncased vocabulary (lower-case letters
+    and no upper-case ones), where every capitalised word would become [UNK]."""
+    words = _words(vocabulary)
+    uncased = all(w == w.lower() for w in words) and any(w != w.upper() for w in words)
+    if uncased and not do_lower_case:
+        raise ValueError(f"do_lower_case=False, but {source} is uncased (it has lower-case "
+                         "letters and no upper-case ones): every capitalised word would become "
+                         "[UNK]; leave do_lower_case unset or pass True")  # fmt: skip

@@ -32,6 +32,7 @@ from absl import app, flags, logging
 
 from keras_bert import pretraining, textfiles
 from keras_bert.tokenizer import BertTokenizer
+from keras_bert.vocabulary import check_lower_casing
 from tasks import pretraining_text, run_main
 
 FLAGS = flags.FLAGS
@@ -160,6 +161,9 @@ def check_flags():
     for name in ("max_predictions_per_seq", "dupe_factor", "num_output_shards", "num_workers"):
         if FLAGS[name].value < 1:
             raise app.UsageError(f"--{name} must be at least 1, got {FLAGS[name].value}")
+    if not 0 <= FLAGS.random_seed < 2**32:
+        raise app.UsageError(f"--random_seed must be between 0 and 2**32 - 1, got "
+                             f"{FLAGS.random_seed}")  # fmt: skip
     for name in ("masked_lm_prob", "short_seq_prob"):
         if not 0 <= FLAGS[name].value <= 1:
             raise app.UsageError(f"--{name} must be between 0 and 1, got {FLAGS[name].value}")
@@ -175,7 +179,8 @@ def main(argv):
     textfiles.make_folder(os.path.dirname(os.path.abspath(FLAGS.output_file)),
                           f"--output_file={FLAGS.output_file}")  # fmt: skip
     files = pretraining_text.input_files(FLAGS.input_file)
-    _tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)  # a bad vocabulary fails here, once
+    tokenizer = _tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)  # a bad vocabulary fails here
+    check_lower_casing(tokenizer.vocabulary, FLAGS.do_lower_case, FLAGS.vocab_file)
     if FLAGS.num_workers > 1:
         with multiprocessing.get_context("spawn").Pool(FLAGS.num_workers) as pool:
             instances = create(files, FLAGS.vocab_file, FLAGS.do_lower_case, pool)
