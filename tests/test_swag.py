@@ -103,7 +103,7 @@ def test_split_files_and_their_do_flags_are_checked_together(caplog):
 
     readers = {"dev_file": ["do_eval"], "test_file": ["do_predict"]}
     check = lambda: common.check_split_files(readers)  # noqa: E731
-    caplog.set_level("INFO")
+    caplog.set_level("INFO", logger="absl")
     run_with_flags(check, dev_file=None, do_eval=True, test_file=None, do_predict=False)
     assert [r.getMessage() for r in caplog.records] == [
         "no --dev_file: nothing for --do_eval to read"]  # --do_eval is on by default
