@@ -39,6 +39,7 @@ NOT_SETTINGS = frozenset({
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+_TASKS = os.path.dirname(os.path.abspath(__file__))
 _LOCKS = {}  # run folder -> its locked .lock file, held until release()
 
 
@@ -58,10 +59,12 @@ def write_json(path, value):
 
 
 def settings_of(flag_values, task):
-    """The flags that define a run's result (every flag of ours but NOT_SETTINGS), as JSON."""
+    """The flags that define a run's result (every flag of ours but NOT_SETTINGS), as JSON.
+    Flags of other modules (absl's; TensorFlow's TPU and pfor flags) are left out."""
     values = {"task": task}
     for module, module_flags in flag_values.flags_by_module_dict().items():
-        if module.startswith("absl"):
+        # a binary's own flags are keyed by its file (python -m tasks.glue: .../tasks/glue.py)
+        if not (module.startswith("tasks.") or os.path.dirname(os.path.abspath(module)) == _TASKS):
             continue
         values.update({f.name: f.value for f in module_flags if f.name not in NOT_SETTINGS})
     return json.loads(json.dumps(values, default=str))

@@ -184,3 +184,15 @@ def test_an_output_dir_that_cannot_be_made_or_written_is_refused(tmp_path, monke
     monkeypatch.setattr(os, "access", lambda path, mode: False)
     with pytest.raises(ValueError, match=r"^--output_dir: cannot write in the folder .*/run; "):
         runs.claim(str(tmp_path / "run"), {"seed": 1})
+
+
+def test_settings_are_the_flags_of_our_modules_only():
+    from absl import flags
+
+    values = flags.FlagValues()
+    for name, module in [("ours", os.path.join(os.path.dirname(runs.__file__), "glue.py")),
+                         ("shared", "tasks.common"), ("verbosity", "absl.logging"),
+                         ("hbm_oom_exit", "tensorflow.python.tpu.client.client")]:  # fmt: skip
+        flags.DEFINE_integer(name, len(name), "", flag_values=values, module_name=module)
+    values.mark_as_parsed()
+    assert runs.settings_of(values, "glue") == {"task": "glue", "ours": 4, "shared": 6}
