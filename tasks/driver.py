@@ -91,6 +91,8 @@ class TaskBinary:
                     self.train_and_save(strategy, output_dir, run_dir, write)
             finally:
                 runs.release(run_dir)
+        else:
+            runs.refuse_changed_flags(run_dir, FLAGS, self.name)
         logging.info("loading the saved run in %s to evaluate and predict with it", run_dir)
         return self.finish(common.load_run(run_dir), output_dir, write)
 

@@ -134,6 +134,21 @@ def claim(run_dir, settings, overwrite=False, finished=FINISHED):
     return "new"
 
 
+def refuse_changed_flags(run_dir, flag_values, task):
+    """For a finished run used as it is (--nodo_train): raises UsageError naming each flag the
+    command line gave whose value differs from the one the run was trained with, which the
+    run's model would otherwise ignore without a word."""
+    recorded = _read_settings(os.path.join(run_dir, SETTINGS)) or {}
+    now = settings_of(flag_values, task)
+    differ = [k for k in sorted(recorded.keys() & now.keys())
+              if k in flag_values and flag_values[k].present and recorded[k] != now[k]]  # fmt: skip
+    if differ:
+        shown = "; ".join(_difference(k, recorded[k], now[k]) for k in differ)
+        raise app.UsageError(f"--nodo_train uses the run in {run_dir} as it was trained, with "
+                             f"other settings than given ({shown}): leave those flags out, or "
+                             "train again with them (--do_train --overwrite_output_dir)")  # fmt: skip
+
+
 def _difference(key, there, now):
     if key == "training_data_sha256":
         return f"training data SHA-256 {there[:12]}... there, {now[:12]}... now (edited since)"

@@ -271,14 +271,22 @@ def test_squad_v2_writes_prediction_files_that_reproduce_its_scores(squad_v2_run
 
 
 def test_nodo_train_predicts_with_the_runs_own_settings(squad_v2_run, tmp_path):
-    """--nodo_train with other window flags still uses the settings recorded in model.keras."""
+    """--nodo_train uses the settings recorded in model.keras, whatever the flags' defaults;
+    a flag the command line gives another value is refused, not ignored."""
+    from absl import app, flags
+    from absl.testing import flagsaver
+
     run_dir, scores = squad_v2_run
-    again = run_with_flags(squad.run, predict_file=os.path.join(SQUAD, "dev-v2.0.json"),
-                           output_dir=run_dir, do_train=False, version_2_with_negative=False,
-                           max_seq_length=40, doc_stride=5, n_best_size=3,
-                           **{k: v for k, v in SMALL.items() if k not in (
-                               "max_seq_length", "doc_stride")})  # fmt: skip
-    assert again == scores
+    flag_values = dict(predict_file=os.path.join(SQUAD, "dev-v2.0.json"), output_dir=run_dir,
+                       do_train=False, version_2_with_negative=False, max_seq_length=40,
+                       doc_stride=5, n_best_size=3, **{k: v for k, v in SMALL.items() if k not in (
+                           "max_seq_length", "doc_stride")})  # fmt: skip
+    assert run_with_flags(squad.run, **flag_values) == scores
+    with flagsaver.flagsaver():
+        flags.FLAGS["n_best_size"].parse("3")  # as the command line gives it
+        with pytest.raises(app.UsageError, match=r"--nodo_train uses the run in .* with other "
+                           r"settings than given \(--n_best_size=\d+ there, 3 now\)"):  # fmt: skip
+            run_with_flags(squad.run, **flag_values)
 
 
 def test_squad_export_serves_the_python_answers(squad_v2_run, tmp_path):
