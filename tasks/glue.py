@@ -192,6 +192,9 @@ def parse_label(value, task, where):
         if not math.isfinite(score):
             raise ValueError(f"{where}: label {value!r} is not a finite number; fix or remove "
                              "the row")  # fmt: skip
+        if not 0 <= score <= 5:  # STS-B, the one regression task, scores similarity 0 to 5
+            raise ValueError(f"{where}: score {value!r} is outside {task.name}'s 0 to 5 scale; "
+                             "fix or remove the row")  # fmt: skip
         return score
     if value not in task.labels:
         raise ValueError(f"{where}: label {value!r} is not one of {task.name}'s labels "
