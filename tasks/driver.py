@@ -24,6 +24,9 @@ class TaskBinary:
     """
 
     name = None  # the model's name, and the default --output_dir: runs/<name>
+    # Recorded flags that also locate the data a --nodo_train run evaluates on: they may differ
+    # from the run's (the training data's content is recorded as its SHA-256).
+    input_flags = ()
 
     def check_flags(self):
         """Refuses bad flag values before anything heavy loads; binaries add their own."""
@@ -92,7 +95,7 @@ class TaskBinary:
             finally:
                 runs.release(run_dir)
         else:
-            runs.refuse_changed_flags(run_dir, FLAGS, self.name)
+            runs.refuse_changed_flags(run_dir, FLAGS, self.name, self.input_flags)
         logging.info("loading the saved run in %s to evaluate and predict with it", run_dir)
         return self.finish(common.load_run(run_dir), output_dir, write)
 

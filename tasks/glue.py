@@ -283,7 +283,10 @@ class GlueBinary(driver.TaskBinary):
     def __init__(self, task):
         self.task, self.name = task, task.name.lower()
 
+    input_flags = ("data_dir", "tfds", "tfds_data_dir")  # dev and test data come from there too
+
     def check_flags(self):
+        FLAGS.task_name = self.task.name  # one spelling in the run's settings: sst-2 is SST-2
         if FLAGS.diagnostic_file and not (self.task.name == "MNLI" and FLAGS.do_predict):
             raise app.UsageError("--diagnostic_file (AX) is read only by an MNLI run with "
                                  "--do_predict")  # fmt: skip

@@ -134,13 +134,13 @@ def claim(run_dir, settings, overwrite=False, finished=FINISHED):
     return "new"
 
 
-def refuse_changed_flags(run_dir, flag_values, task):
+def refuse_changed_flags(run_dir, flag_values, task, inputs=()):
     """For a finished run used as it is (--nodo_train): raises UsageError naming each flag the
     command line gave whose value differs from the one the run was trained with, which the
-    run's model would otherwise ignore without a word."""
+    run's model would otherwise ignore without a word. Flags in `inputs` are not compared."""
     recorded = _read_settings(os.path.join(run_dir, SETTINGS)) or {}
     now = settings_of(flag_values, task)
-    differ = [k for k in sorted(recorded.keys() & now.keys())
+    differ = [k for k in sorted(recorded.keys() & now.keys() - set(inputs))
               if k in flag_values and flag_values[k].present and recorded[k] != now[k]]  # fmt: skip
     if differ:
         shown = "; ".join(_difference(k, recorded[k], now[k]) for k in differ)

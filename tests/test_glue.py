@@ -1,9 +1,11 @@
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import app
 
 import keras_bert
 from tasks import common, glue
@@ -190,6 +192,16 @@ def test_fine_tunes_and_writes_every_output(tmp_path, tiny_checkpoint, flags_par
     flags_parsed.init_checkpoint = None
     assert glue.run(glue.get_task("SST-2"))["dev"] == results["dev"]
     assert (run / "SST-2.tsv").read_text() == submission
+    # Given on the command line, another copy of the data and another spelling of the task are
+    # the same run; another --max_seq_length is not, and is refused rather than ignored.
+    shutil.copytree(os.path.join(GLUE, "SST-2"), tmp_path / "copy")
+    flags_parsed["data_dir"].parse(str(tmp_path / "copy"))
+    flags_parsed["task_name"].parse("sst-2")
+    assert glue.run(glue.get_task("sst-2"))["dev"] == results["dev"]
+    flags_parsed["max_seq_length"].parse("24")
+    with pytest.raises(app.UsageError, match=r"other settings than given "
+                       r"\(--max_seq_length=\d+ there, 24 now\)"):  # fmt: skip
+        glue.run(glue.get_task("SST-2"))
 
 
 def test_regression_task_reports_pearson_and_spearman(tmp_path, tiny_checkpoint, flags_parsed):
