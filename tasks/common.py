@@ -1,29 +1,18 @@
-"""What the fine-tuning binaries share: flags, the tf.data pipeline, the resumable fit, and a
-run's files (the driver that runs them in order is tasks/driver.py).
-
-A run's output_dir holds:
-  backup/        training state; a killed run restarts from it (runs.RunBackup)
-  logs/          TensorBoard: train/ from Keras (every --log_every_steps), speed/ (steps/s,
-                 examples/s, tokens/s), dev/ with the task's metrics
-  metrics.json   the task's dev metrics after each epoch
-  model.keras    the fine-tuned task model: vocabulary, labels and settings inside (for export)
-  predictions    task-specific files
-Every file is written under a temporary name and renamed, so none is ever half-written.
+"""What the task binaries share: the common flags and their checks, a split of examples,
+and the tf.data pipeline of raw strings (tasks/trainer.py trains with them; tasks/driver.py
+runs a binary's steps in order).
 """
 
 import dataclasses
-import json
-import os
 import sys
 
-import keras
 import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import distribute
-from keras_bert.task import PRECISIONS, without_autotuning
-from tasks import default_checkpoint, progress, runs
+from keras_bert.task import without_autotuning
+from tasks import default_checkpoint
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -185,21 +174,6 @@ def log_truncated(preprocessor, splits, text_keys):
                      preprocessor.sequence_length)  # fmt: skip
 
 
-def create_strategy():
-    """The strategy and mixed-precision policy the flags ask for."""
-    strategy = distribute.create_strategy(FLAGS.strategy, FLAGS.num_cpu_devices, FLAGS.tpu)
-    if FLAGS.mixed_precision == "auto":  # resolved before the run records its settings
-        fast, why = distribute.bfloat16_is_fast(strategy)
-        FLAGS.mixed_precision = "bfloat16" if fast else "none"
-        logging.info("--mixed_precision=auto: %s, as %s", FLAGS.mixed_precision, why)
-    precision = "float32" if FLAGS.mixed_precision == "none" else FLAGS.mixed_precision
-    keras.config.set_dtype_policy(PRECISIONS[precision])
-    keras.utils.set_random_seed(FLAGS.seed)
-    logging.info("strategy %s with %d replicas, dtype policy %s", FLAGS.strategy,
-                 strategy.num_replicas_in_sync, keras.config.dtype_policy().name)  # fmt: skip
-    return strategy
-
-
 def make_dataset(split, text_keys, batch_size, training=False, with_labels=True):
     """Batches of raw strings (and labels), for a task model to tokenize and pack in the graph
     (batches padded to their longest member); training batches are shuffled, and with
@@ -228,147 +202,12 @@ def make_dataset(split, text_keys, batch_size, training=False, with_labels=True)
     return without_autotuning(dataset)
 
 
-def is_chief(strategy):
-    resolver = getattr(strategy, "cluster_resolver", None)
-    return resolver is None or resolver.task_type in (None, "chief") or (
-        resolver.task_type == "worker" and resolver.task_id == 0)  # fmt: skip
-
-
-class DevMetrics(keras.callbacks.Callback):
-    """After each epoch: predict the dev sets, compute the task's metrics, log them to
-    TensorBoard (logs/dev) and to metrics.json."""
-
-    def __init__(self, dev_sets, metric_fn, output_dir, write):
-        super().__init__()
-        self.dev_sets = dev_sets  # {name: (dataset, labels)}
-        self.metric_fn = metric_fn
-        self.path = os.path.join(output_dir, "metrics.json")
-        self.write = write
-        self.writer = tf.summary.create_file_writer(os.path.join(output_dir, "logs", "dev"))
-        self.latest = {}
-
-    def evaluate(self):
-        results = {}
-        for name, (dataset, labels) in self.dev_sets.items():
-            logits = self.model.predict(dataset, verbose=0)
-            results[name] = self.metric_fn(logits, labels)
-        return results
-
-    def on_epoch_end(self, epoch, logs=None):
-        results = self.latest = self.evaluate()
-        logging.info("epoch %d dev metrics: %s", epoch + 1, results)
-        if not self.write:
-            return
-        history = []
-        if os.path.exists(self.path):
-            with open(self.path, encoding="utf-8") as f:
-                history = [h for h in json.load(f) if h["epoch"] < epoch + 1]
-        history.append({"epoch": epoch + 1, **results})
-        runs.write_json(self.path, history)
-        with self.writer.as_default(step=epoch + 1):
-            for name, metrics in results.items():
-                for key, value in metrics.items():
-                    tf.summary.scalar(f"{name}/{key}", value)
-
-
-def fit(model, strategy, train_dataset, steps_per_epoch, callbacks, output_dir):
-    """Compiles with the library's recipe (AdamW, warmup + linear decay, clipping; the model's
-    own loss and metrics) and fits on a dataset of raw strings for --num_train_epochs (the last
-    epoch cut short when fractional), resuming from output_dir's backup."""
-    total_steps = max(1, int(steps_per_epoch * FLAGS.num_train_epochs))
-    with strategy.scope():
-        model.compile(learning_rate=FLAGS.learning_rate, total_steps=total_steps,
-                      warmup_proportion=FLAGS.warmup_proportion,
-                      weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm,
-                      layer_decay=FLAGS.layer_decay)  # fmt: skip
-    return fit_resumably(model, strategy, train_dataset.repeat(), min(steps_per_epoch, total_steps),
-                         total_steps, callbacks, output_dir, FLAGS.save_checkpoints_steps)  # fmt: skip
-
-
 def check_warmup(warmup_steps, total_steps, flag):
     if not 0 <= warmup_steps <= total_steps:
         raise app.UsageError(f"{flag} gives {warmup_steps} warmup steps, but the run has "
                              f"{total_steps} steps in all: pass a smaller {flag}")  # fmt: skip
 
 
-def fit_resumably(model, strategy, dataset, batches_per_epoch, total_batches, callbacks,
-                  output_dir, save_every=None):  # fmt: skip
-    """model.fit on an endless `dataset` until `total_batches`, backed up every `save_every`
-    batches and each epoch. A backup is restored first: its optimizer step says how many batches
-    are done, so the run goes on from that batch of the same (seeded) stream, in the same epoch,
-    to the same end, rather than from the epoch's start. Returns the merged history."""
-    backup = runs.RunBackup(os.path.join(run_dir_of(strategy, output_dir), "backup"),
-                            save_every or "epoch")  # fmt: skip
-    with strategy.scope():
-        done = backup.restore(model)
-    if done >= total_batches:
-        logging.info("the backup has all %d steps: nothing left to train", total_batches)
-        return {}
-    if done:
-        logging.info("resuming from the backup at step %d of %d", done, total_batches)
-    callbacks = run_callbacks(strategy, output_dir, callbacks, backup)
-    chief, terminal = is_chief(strategy), progress.on_a_terminal()
-    if chief:
-        log = progress.TrainingLog(progress.step_sizes(model, dataset), FLAGS.log_every_steps,
-                                   total_batches, periodic=not terminal,
-                                   log_dir=progress.speed_log_dir(output_dir))  # fmt: skip
-        log.step = done
-        callbacks = [log, *callbacks]
-    history = {}
-    epoch = done // batches_per_epoch
-    while done < total_batches:
-        # One call for the rest of a resumed epoch, one for the whole epochs, one for a last
-        # partial epoch: Keras runs a fixed number of batches per epoch within a call.
-        end = min((epoch + 1) * batches_per_epoch, total_batches)
-        whole = (total_batches - done) // batches_per_epoch if done % batches_per_epoch == 0 else 0
-        epochs = max(whole, 1)
-        steps = batches_per_epoch if whole else end - done
-        logging.info("training steps %d to %d", done + 1, done + steps * epochs)
-        result = model.fit(dataset.skip(done), epochs=epoch + epochs, initial_epoch=epoch,
-                           steps_per_epoch=steps, callbacks=callbacks, shuffle=False,
-                           verbose=1 if chief and terminal else 0)  # fmt: skip
-        for key, values in result.history.items():
-            history.setdefault(key, []).extend(values)
-        done += steps * epochs
-        epoch += epochs
-    return history
-
-
 def checkpoint_path():
     return FLAGS.init_checkpoint or default_checkpoint()
 
-
-def run_callbacks(strategy, output_dir, callbacks, backup):
-    """TensorBoard (on the chief), the given callbacks, then the backup a killed run resumes
-    from. The backup comes last, so that an epoch's metrics are written before the state that
-    skips that epoch; each worker keeps its own, so that they do not overwrite each other's."""
-    if is_chief(strategy):
-        board = keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"),
-                                            update_freq=FLAGS.log_every_steps)  # fmt: skip
-        callbacks = [board, *callbacks]
-    return [*callbacks, backup]
-
-
-def run_dir_of(strategy, output_dir):
-    """Where this worker saves the finished run: output_dir for the chief; other workers save
-    their copy to output_dir/worker_<i> (multi-worker saving must happen on every worker)."""
-    if is_chief(strategy):
-        return output_dir
-    return os.path.join(output_dir, f"worker_{strategy.cluster_resolver.task_id}")
-
-
-def save_run(output_dir, model):
-    """Saves the fine-tuned model: one self-describing file (vocabulary, labels or tags,
-    sequence length and window settings inside), without optimizer state."""
-    os.makedirs(output_dir, exist_ok=True)
-    tmp = os.path.join(output_dir, f"model.tmp-{os.getpid()}.keras")
-    model.save(tmp)
-    os.replace(tmp, os.path.join(output_dir, "model.keras"))
-
-
-def load_run(run_dir):
-    """The model of a finished run (its model.keras)."""
-    path = os.path.join(run_dir, "model.keras")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{run_dir} is not a finished run: it has no model.keras")
-    return keras.saving.load_model(path)

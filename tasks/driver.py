@@ -7,7 +7,7 @@ from absl import app, flags, logging
 
 from keras_bert import checkpoints
 from keras_bert.task import check_sequence_length
-from tasks import common, runs
+from tasks import common, runs, trainer
 
 FLAGS = flags.FLAGS
 
@@ -77,8 +77,8 @@ class TaskBinary:
     def run(self):
         self.check_flags()
         output_dir = FLAGS.output_dir or os.path.join("runs", self.name)
-        strategy = common.create_strategy()
-        write, run_dir = common.is_chief(strategy), common.run_dir_of(strategy, output_dir)
+        strategy = trainer.create_strategy()
+        write, run_dir = trainer.is_chief(strategy), trainer.run_dir_of(strategy, output_dir)
         self.prepare()
         if FLAGS.do_train:
             settings = runs.settings_of(FLAGS, self.name)
@@ -97,7 +97,7 @@ class TaskBinary:
         else:
             runs.refuse_changed_flags(run_dir, FLAGS, self.name, self.input_flags)
         logging.info("loading the saved run in %s to evaluate and predict with it", run_dir)
-        return self.finish(common.load_run(run_dir), output_dir, write)
+        return self.finish(trainer.load_run(run_dir), output_dir, write)
 
     def train_and_save(self, strategy, output_dir, run_dir, write):
         training = self.read_training()
@@ -105,7 +105,7 @@ class TaskBinary:
             model = self.build_model(training)
         dataset, steps_per_epoch = self.training_dataset(model, training)
         callback = self.dev_callback(output_dir, write)
-        common.fit(model, strategy, dataset, steps_per_epoch, [callback] if callback else [],
+        trainer.fit(model, strategy, dataset, steps_per_epoch, [callback] if callback else [],
                    output_dir)  # fmt: skip
         logging.info("saving the fine-tuned model to %s", os.path.join(run_dir, "model.keras"))
-        common.save_run(run_dir, model)
+        trainer.save_run(run_dir, model)

@@ -19,7 +19,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from keras_bert import BertClassifier, textfiles
-from tasks import common, driver, run_main, runs
+from tasks import common, driver, run_main, runs, trainer
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -327,7 +327,7 @@ class GlueBinary(driver.TaskBinary):
 
     def dev_callback(self, output_dir, write):
         if self.dev_sets:
-            return common.DevMetrics(self.dev_sets, self.metrics, output_dir, write)
+            return trainer.DevMetrics(self.dev_sets, self.metrics, output_dir, write)
         return None
 
     def finish(self, model, output_dir, write):

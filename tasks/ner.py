@@ -25,7 +25,7 @@ from absl import app, flags, logging
 
 from keras_bert import BertTokenClassifier, textfiles
 from keras_bert.task import without_autotuning
-from tasks import common, driver, run_main, runs
+from tasks import common, driver, run_main, runs, trainer
 
 FLAGS = flags.FLAGS
 # allow_override: tasks.swag and tasks.squad use the same names (tests import them together).
@@ -141,7 +141,7 @@ def predict_tags(model, split):
                          verbose=1)["word_tags"]  # fmt: skip
 
 
-class NerMetrics(common.DevMetrics):
+class NerMetrics(trainer.DevMetrics):
     """Entity-level scores of each labelled split after each epoch."""
 
     def __init__(self, splits, output_dir, write):

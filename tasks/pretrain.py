@@ -30,7 +30,7 @@ from keras_bert import (
 )
 from keras_bert.task import without_autotuning
 from keras_bert.vocabulary import read_vocabulary
-from tasks import common, pretraining_text, run_main, runs
+from tasks import common, pretraining_text, run_main, runs, trainer
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -221,8 +221,8 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     check_flags()
     output_dir = FLAGS.output_dir or os.path.join("runs", "pretrain")
-    strategy = common.create_strategy()
-    target = common.run_dir_of(strategy, output_dir)
+    strategy = trainer.create_strategy()
+    target = trainer.run_dir_of(strategy, output_dir)
     settings = runs.settings_of(FLAGS, "pretrain")
     data = (pretraining_text.input_files(FLAGS.input_file) if FLAGS.input_file else
             pretraining_text.input_files(FLAGS.text_file, "--text_file"))  # fmt: skip
@@ -241,7 +241,7 @@ def main(argv):
     # run goes on from the batch its backup stopped at and ends at --num_train_steps.
     accumulation = FLAGS.gradient_accumulation_steps
     loop = (FLAGS.save_checkpoints_steps or FLAGS.steps_per_loop) * accumulation  # batches
-    history = common.fit_resumably(model, strategy, dataset, loop,
+    history = trainer.fit_resumably(model, strategy, dataset, loop,
                                    FLAGS.num_train_steps * accumulation, [], output_dir, loop)  # fmt: skip
     for fmt in (checkpoints.GOOGLE, checkpoints.HUGGING_FACE):
         model.save_checkpoint(os.path.join(target, fmt), fmt)

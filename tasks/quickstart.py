@@ -18,7 +18,7 @@ from absl import app, flags, logging
 
 from keras_bert import textfiles
 from keras_bert.tf_serving import LoadedLikeTfServing
-from tasks import check_flag_texts, common, glue, run_main
+from tasks import check_flag_texts, glue, run_main, trainer
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("classify", ["A gripping, beautifully acted film.",
@@ -46,7 +46,7 @@ def main(argv):
     textfiles.make_folder(FLAGS.export_dir, "--export_dir")  # before training, not after
     results = glue.run(glue.get_task(FLAGS.task_name))
     print(f"dev accuracy: {results['dev']['accuracy']:.4f}")
-    model = common.load_run(FLAGS.output_dir)
+    model = trainer.load_run(FLAGS.output_dir)
     logging.info("exporting the run as a float32 SavedModel (tracing its serving functions)")
     path = model.export(os.path.join(FLAGS.export_dir, model.name), precision="float32")
     print(f"exported: {path}")

@@ -27,7 +27,7 @@ from absl import app, flags, logging
 
 from keras_bert import BertQuestionAnswerer, textfiles
 from keras_bert.task import without_autotuning
-from tasks import common, driver, run_main, runs, squad_metrics
+from tasks import common, driver, run_main, runs, squad_metrics, trainer
 
 FLAGS = flags.FLAGS
 # allow_override: tasks.swag and tasks.ner use the same name (tests import them together).
@@ -226,7 +226,7 @@ def n_best_list(context, candidates, row, version_2, n_best_size):
     return entries, null_score - best
 
 
-class SquadMetrics(common.DevMetrics):
+class SquadMetrics(trainer.DevMetrics):
     """The official scores of --predict_file after each epoch."""
 
     def __init__(self, split, data, output_dir, write):

@@ -17,7 +17,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from keras_bert import BertMultipleChoice, textfiles
-from tasks import common, driver, run_main, runs
+from tasks import common, driver, run_main, runs, trainer
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("train_file", None, "SWAG training file (.csv or .jsonl).")
@@ -112,7 +112,7 @@ class SwagBinary(driver.TaskBinary):
         return dataset, int(np.ceil(len(training) / FLAGS.train_batch_size))
 
     def dev_callback(self, output_dir, write):
-        return common.DevMetrics(self.dev_sets, accuracy, output_dir, write) if self.dev_sets else None
+        return trainer.DevMetrics(self.dev_sets, accuracy, output_dir, write) if self.dev_sets else None
 
     def finish(self, model, output_dir, write):
         if FLAGS.do_predict and FLAGS.test_file:

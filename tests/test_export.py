@@ -13,7 +13,7 @@ from conftest import DATA, served_in_clean_process
 from exports import export, hub_layout
 from keras_bert import serving
 from keras_bert.tf_serving import LoadedLikeTfServing
-from tasks import common, glue, swag
+from tasks import glue, swag, trainer
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def saved_gradients(saved_model_dir):
 
 
 def in_memory_probabilities(run_dir, sentences):
-    logits = common.load_run(run_dir).predict(np.array(sentences, object), verbose=0)
+    logits = trainer.load_run(run_dir).predict(np.array(sentences, object), verbose=0)
     return tf.nn.softmax(logits).numpy()
 
 
@@ -117,7 +117,7 @@ def test_tf_serving_script_answers_a_request_in_a_tensorflow_only_process(sst2_r
 def test_token_id_signature_matches_text_signature(sst2_run, tmp_path):
     path = export.export_run(sst2_run, str(tmp_path), "sst2")
     loaded = tf.saved_model.load(path)
-    inputs = common.load_run(sst2_run).preprocessor(tf.constant(SENTENCES[:2]))
+    inputs = trainer.load_run(sst2_run).preprocessor(tf.constant(SENTENCES[:2]))
     by_ids = loaded.signatures["serve_token_ids"](**inputs)
     by_text = loaded.signatures["serving_default"](sentence=tf.constant(SENTENCES[:2]))
     np.testing.assert_allclose(by_ids["probabilities"], by_text["probabilities"], atol=1e-6)
@@ -147,7 +147,7 @@ def test_versions_increase(sst2_run, tmp_path):
 
     with pytest.raises(app.UsageError, match="^--version must be at least 1, got 0$"):
         export.export_run(sst2_run, str(tmp_path), "m", version=0)  # was taken as "the next"
-    model = common.load_run(sst2_run)
+    model = trainer.load_run(sst2_run)
     for version in (0, -1, 2.0, True):
         with pytest.raises(ValueError, match="version must be a whole number of at least 1"):
             model.export(str(tmp_path / "m"), version=version)
@@ -192,7 +192,7 @@ def test_hub_layout_preprocessor_and_encoder(sst2_run, tmp_path):
     # The encoder keeps its custom gradients, for a user who fine-tunes it.
     assert saved_gradients(str(tmp_path / "sst2_encoder")) > 0
     outputs = encoder(inputs)
-    expected = common.load_run(sst2_run).encoder(inputs)
+    expected = trainer.load_run(sst2_run).encoder(inputs)
     np.testing.assert_allclose(outputs["pooled_output"], expected["pooled_output"], atol=1e-5)
     assert len(outputs["encoder_outputs"]) == 2
     signature = encoder.signatures["serving_default"](**inputs)
@@ -210,7 +210,7 @@ def test_hub_layout_preprocessor_and_encoder(sst2_run, tmp_path):
 
 
 def test_hub_layout_folders_are_replaced_whole_or_not_at_all(sst2_run, tmp_path, monkeypatch):
-    tokenizer = common.load_run(sst2_run).preprocessor.tokenizer
+    tokenizer = trainer.load_run(sst2_run).preprocessor.tokenizer
     target = str(tmp_path / "preprocess")
 
     def padded_length():
@@ -247,7 +247,7 @@ def test_swag_export_takes_context_and_endings(tmp_path, tiny_checkpoint, flags_
         context=tf.constant(context), endings=tf.constant(endings))
     assert served["probabilities"].shape == (2, 4)
     # The export packs the choices as the saved model does in predict (one implementation).
-    logits = common.load_run(str(tmp_path / "run")).predict((context, endings), verbose=0)
+    logits = trainer.load_run(str(tmp_path / "run")).predict((context, endings), verbose=0)
     np.testing.assert_allclose(served["probabilities"], tf.nn.softmax(logits), atol=1e-5)
     as_served = LoadedLikeTfServing(path)(context=context, endings=endings)
     np.testing.assert_allclose(as_served["probabilities"], served["probabilities"], atol=1e-6)

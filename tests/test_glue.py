@@ -8,7 +8,7 @@ import tensorflow as tf
 from absl import app
 
 import keras_bert
-from tasks import common, glue
+from tasks import common, glue, trainer
 
 from conftest import DATA
 
@@ -149,8 +149,8 @@ def test_the_binaries_datasets_run_without_tf_data_autotuning(flags_parsed):
     split = glue.read_tsv(os.path.join(GLUE, "MRPC", "dev.tsv"), glue.get_task("MRPC"), True)
     for bucket in [False, True]:
         flags_parsed.bucket_by_length = bucket
-        for training, with_labels in [(True, True), (False, True), (False, False)]:
-            dataset = common.make_dataset(split, ("#1 String", "#2 String"), 8, training,
+        for shuffled, with_labels in [(True, True), (False, True), (False, False)]:
+            dataset = common.make_dataset(split, ("#1 String", "#2 String"), 8, shuffled,
                                           with_labels)  # fmt: skip
             assert dataset.options().autotune.enabled is False
             assert sum(len(b[0][0]) for b in dataset) == len(split)
@@ -174,13 +174,13 @@ def test_fine_tunes_and_writes_every_output(tmp_path, tiny_checkpoint, flags_par
     assert history[-1]["dev"] == results["dev"]
     # The reported accuracy is that of the saved model on the dev file, counted here again.
     dev = glue.read_tsv(os.path.join(GLUE, "SST-2", "dev.tsv"), glue.get_task("SST-2"), True)
-    logits = common.load_run(str(run)).predict(dev.texts["sentence"], verbose=0)
+    logits = trainer.load_run(str(run)).predict(dev.texts["sentence"], verbose=0)
     assert results["dev"]["accuracy"] == np.mean(logits.argmax(-1) == dev.labels)
     lines = (run / "SST-2.tsv").read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 17
     assert all(line.split("\t")[1] in ("0", "1") for line in lines[1:])
     assert os.listdir(run / "logs" / "dev") and os.listdir(run / "logs" / "train")
-    assert common.load_run(str(run)).labels == ["0", "1"]  # model.keras describes itself
+    assert trainer.load_run(str(run)).labels == ["0", "1"]  # model.keras describes itself
     # The same command again finds the finished backup, trains no more, and still reports.
     again = glue.run(glue.get_task("SST-2"))
     assert again["dev"] == results["dev"]

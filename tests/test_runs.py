@@ -151,7 +151,7 @@ def test_a_healthy_run_prints_only_what_it_does(tmp_path, tiny_checkpoint):
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stderr.splitlines()
-    ours = r"I\d{4} [\d:.]+ +\d+ (common|driver|checkpoints|progress|glue)\.py:\d+\] "
+    ours = r"I\d{4} [\d:.]+ +\d+ (common|trainer|driver|checkpoints|progress|glue)\.py:\d+\] "
     noise = [line for line in lines if not re.match(ours, line)]
     assert noise == [], noise
     said = [line.split("] ", 1)[1] for line in lines]
