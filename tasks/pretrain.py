@@ -116,9 +116,9 @@ def record_dataset(files, seq_length, predictions):
     return dataset.repeat().map(lambda record: tf.io.parse_single_example(record, spec))
 
 
-def streaming_dataset(tokenizer):
+def streaming_dataset(tokenizer, files):
     documents = []
-    for path in pretraining_text.input_files(FLAGS.text_file, "--text_file"):
+    for path in files:
         text = pretraining_text.read_documents(path, FLAGS.text_format, FLAGS.text_encoding)
         documents.extend(pretraining_text.tokenize_documents(text, tokenizer))
     if not documents:
@@ -236,7 +236,7 @@ def main(argv):
     with strategy.scope():
         model = build_pretrainer()
         model.compile(create_optimizer())  # the model's losses and weighted accuracies
-    dataset = training_dataset(examples_of(strategy, model))
+    dataset = training_dataset(examples_of(strategy, model, data))
     # Backups every --save_checkpoints_steps (else --steps_per_loop) optimizer steps; a resumed
     # run goes on from the batch its backup stopped at and ends at --num_train_steps.
     accumulation = FLAGS.gradient_accumulation_steps
@@ -249,18 +249,18 @@ def main(argv):
     logging.info("final metrics: %s", {k: v[-1] for k, v in history.items()})
 
 
-def examples_of(strategy, model):
-    """Pre-training instances: from record files, or built on the fly from --text_file."""
+def examples_of(strategy, model, files):
+    """Pre-training instances: from record `files` (--input_file), or built on the fly from
+    text `files` (--text_file): those whose content the run recorded."""
     # Workers split the record files between them when there are enough; otherwise each
     # reads everything and keeps its share of the examples.
     sharding = tf.data.experimental.AutoShardPolicy.DATA
     if FLAGS.input_file:
-        files = pretraining_text.input_files(FLAGS.input_file)
         examples = record_dataset(files, *record_shape(files[0]))
         if len(files) >= strategy.num_replicas_in_sync:
             sharding = tf.data.experimental.AutoShardPolicy.FILE
     else:
-        examples = streaming_dataset(model.preprocessor.tokenizer)
+        examples = streaming_dataset(model.preprocessor.tokenizer, files)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = sharding
     return examples.with_options(options)
