@@ -89,6 +89,25 @@ def check_flag_texts(texts, flag, allow_empty=False):
                                  f"character {e.start + 1}); pass UTF-8 text") from None
 
 
+def check_at_least_one(names):
+    """Raises UsageError for the first integer flag of `names` set below 1."""
+    from absl import app, flags
+
+    for name in names:
+        value = flags.FLAGS[name].value
+        if value is not None and value < 1:
+            raise app.UsageError(f"--{name} must be at least 1, got {value}")
+
+
+def check_seed(name):
+    """Raises UsageError unless the integer flag `name` is a seed NumPy and Keras take."""
+    from absl import app, flags
+
+    value = flags.FLAGS[name].value
+    if not 0 <= value < 2**32:
+        raise app.UsageError(f"--{name} must be between 0 and 2**32 - 1, got {value}")
+
+
 def run_main(main):
     """`absl.app.run(main)`, where a user's mistake (a bad flag, file, label or checkpoint: the
     errors below) prints one line, `error: <what is wrong and what to do>`, and exits 1.

@@ -12,7 +12,7 @@ from absl import app, flags, logging
 
 from keras_bert import distribute
 from keras_bert.task import without_autotuning
-from tasks import default_checkpoint
+from tasks import check_at_least_one, check_seed, default_checkpoint
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -102,13 +102,6 @@ def refuse_unused_flags(unused, binary):
                                  + (f"; {instead}" if instead else ""))  # fmt: skip
 
 
-def check_at_least_one(names):
-    """Raises UsageError for the first integer flag of `names` given a value below 1."""
-    for name in names:
-        if FLAGS[name].value is not None and FLAGS[name].value < 1:
-            raise app.UsageError(f"--{name} must be at least 1, got {FLAGS[name].value}")
-
-
 def check_training_flags():
     """Refuses the values of this module's training flags that would fail late or train
     wrongly without a word (a negative --clip_norm reverses the gradients)."""
@@ -120,8 +113,7 @@ def check_training_flags():
         raise app.UsageError(f"--clip_norm must be positive, got {FLAGS.clip_norm}")
     if not FLAGS.weight_decay >= 0:
         raise app.UsageError(f"--weight_decay must be 0 or more, got {FLAGS.weight_decay}")
-    if not 0 <= FLAGS.seed < 2**32:
-        raise app.UsageError(f"--seed must be between 0 and 2**32 - 1, got {FLAGS.seed}")
+    check_seed("seed")
 
 
 def check_split_files(readers):

@@ -33,7 +33,7 @@ from absl import app, flags, logging
 from keras_bert import pretraining, textfiles
 from keras_bert.tokenizer import BertTokenizer
 from keras_bert.vocabulary import check_lower_casing
-from tasks import pretraining_text, run_main
+from tasks import check_at_least_one, check_seed, pretraining_text, run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input_file", None, "Comma-separated input files or globs.")
@@ -158,12 +158,9 @@ def check_flags():
     if FLAGS.max_seq_length < 5:
         raise app.UsageError(f"--max_seq_length={FLAGS.max_seq_length}: an instance needs at "
                              "least 5 tokens ([CLS], [SEP] twice and a token of each segment)")
-    for name in ("max_predictions_per_seq", "dupe_factor", "num_output_shards", "num_workers"):
-        if FLAGS[name].value < 1:
-            raise app.UsageError(f"--{name} must be at least 1, got {FLAGS[name].value}")
-    if not 0 <= FLAGS.random_seed < 2**32:
-        raise app.UsageError(f"--random_seed must be between 0 and 2**32 - 1, got "
-                             f"{FLAGS.random_seed}")  # fmt: skip
+    check_at_least_one(["max_predictions_per_seq", "dupe_factor", "num_output_shards",
+                        "num_workers"])  # fmt: skip
+    check_seed("random_seed")
     for name in ("masked_lm_prob", "short_seq_prob"):
         if not 0 <= FLAGS[name].value <= 1:
             raise app.UsageError(f"--{name} must be between 0 and 1, got {FLAGS[name].value}")

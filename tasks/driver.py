@@ -7,7 +7,7 @@ from absl import app, flags, logging
 
 from keras_bert import checkpoints
 from keras_bert.task import check_sequence_length
-from tasks import common, runs, trainer
+from tasks import check_at_least_one, common, runs, trainer
 
 FLAGS = flags.FLAGS
 
@@ -31,7 +31,7 @@ class TaskBinary:
     def check_flags(self):
         """Refuses bad flag values before anything heavy loads; binaries add their own."""
         common.check_training_flags()
-        common.check_at_least_one(["eval_batch_size", "max_train_examples", "max_eval_examples"])
+        check_at_least_one(["eval_batch_size", "max_train_examples", "max_eval_examples"])
         if not FLAGS.num_train_epochs > 0:
             raise app.UsageError(f"--num_train_epochs must be positive, got "
                                  f"{FLAGS.num_train_epochs}")  # fmt: skip

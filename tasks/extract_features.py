@@ -30,7 +30,7 @@ from absl import app, flags, logging
 
 from keras_bert import BertPacker, BertPreprocessor, checkpoints, textfiles
 from keras_bert.task import check_sequence_length, load_pretrained
-from tasks import default_checkpoint, progress, run_main, runs
+from tasks import check_at_least_one, default_checkpoint, progress, run_main, runs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input_file", None, "Texts, one per line; a pair as `text A ||| text B`.")
@@ -193,8 +193,7 @@ def main(argv):
     for name in ("input_file", "output_file"):
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
-    if FLAGS.batch_size < 1:
-        raise app.UsageError(f"--batch_size must be at least 1, got {FLAGS.batch_size}")
+    check_at_least_one(["batch_size"])
     unused = "layers" if FLAGS.output_format == "npy" else "pooling"
     if FLAGS[unused].present:
         raise app.UsageError(f"--{unused} does not apply to --output_format="

@@ -30,7 +30,7 @@ from keras_bert import (
 )
 from keras_bert.task import without_autotuning
 from keras_bert.vocabulary import read_vocabulary
-from tasks import common, pretraining_text, run_main, runs, trainer
+from tasks import check_at_least_one, common, pretraining_text, run_main, runs, trainer
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -204,10 +204,10 @@ def check_flags():
     if bool(FLAGS.input_file) == bool(FLAGS.text_file):
         raise app.UsageError("pass --input_file (TFRecords) or --text_file (streaming), not both")
     common.check_training_flags()
-    common.check_at_least_one(["num_train_steps", "steps_per_loop", "gradient_accumulation_steps"])
+    check_at_least_one(["num_train_steps", "steps_per_loop", "gradient_accumulation_steps"])
     common.check_warmup(warmup_steps(), FLAGS.num_train_steps, "--num_warmup_steps")
     if FLAGS.text_file:
-        common.check_at_least_one(["max_predictions_per_seq"])
+        check_at_least_one(["max_predictions_per_seq"])
         if not 0 < FLAGS.masked_lm_prob < 1:
             raise app.UsageError(f"--masked_lm_prob must be above 0 and below 1, got "
                                  f"{FLAGS.masked_lm_prob}")  # fmt: skip

@@ -27,7 +27,8 @@ from absl import app, flags, logging
 
 from keras_bert import BertQuestionAnswerer, textfiles
 from keras_bert.task import without_autotuning
-from tasks import common, driver, run_main, runs, squad_metrics, trainer
+from tasks import (check_at_least_one, common, driver, run_main, runs, squad_metrics,
+                   trainer)
 
 FLAGS = flags.FLAGS
 # allow_override: tasks.swag and tasks.ner use the same name (tests import them together).
@@ -260,7 +261,7 @@ class SquadBinary(driver.TaskBinary):
         common.refuse_unused_flags(UNUSED_FLAGS, "SQuAD")
         common.check_split_files({"predict_file": ["do_eval", "do_predict"]})
         super().check_flags()
-        common.check_at_least_one(["max_windows", "doc_stride", "n_best_size", "max_answer_length"])
+        check_at_least_one(["max_windows", "doc_stride", "n_best_size", "max_answer_length"])
         if not math.isfinite(FLAGS.null_score_diff_threshold):
             raise app.UsageError(f"--null_score_diff_threshold must be a finite number, got "
                                  f"{FLAGS.null_score_diff_threshold}")  # fmt: skip
