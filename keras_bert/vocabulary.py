@@ -61,9 +61,9 @@ def find_vocabulary(path, do_lower_case=None):
     vocab_file = os.path.join(folder, "vocab.txt")
     if not os.path.isfile(vocab_file):
         raise FileNotFoundError(f"{folder} has no vocab.txt")
-    vocabulary = read_vocabulary(vocab_file)
     if do_lower_case is not None:
-        check_lower_casing(vocabulary, do_lower_case, vocab_file)
+        if not do_lower_case:  # the only setting a vocabulary can contradict
+            check_lower_casing(read_vocabulary(vocab_file), do_lower_case, vocab_file)
         return vocab_file, bool(do_lower_case)
     for name in ("tokenizer_config.json", "keras_bert.json"):
         settings = os.path.join(folder, name)
@@ -71,7 +71,7 @@ def find_vocabulary(path, do_lower_case=None):
             value = read_json(settings).get("do_lower_case")
             if value is not None:
                 return vocab_file, bool(value)
-    cased = any(token != token.lower() for token in _words(vocabulary))
+    cased = any(token != token.lower() for token in _words(read_vocabulary(vocab_file)))
     logging.getLogger("absl").info(
         "%s: do_lower_case=%s, inferred from the vocabulary", vocab_file, not cased
     )
