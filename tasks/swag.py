@@ -89,11 +89,11 @@ class SwagBinary(driver.TaskBinary):
         super().check_flags()
 
     def prepare(self):
-        self.dev_sets, self.dev_splits = {}, {}
+        self.dev_splits = {}
         if FLAGS.do_eval and FLAGS.dev_file:
-            dev = read_swag(FLAGS.dev_file).head(FLAGS.max_eval_examples)
-            self.dev_splits["dev"] = dev
-            self.dev_sets["dev"] = (batches(dev), dev.labels)
+            self.dev_splits["dev"] = read_swag(FLAGS.dev_file).head(FLAGS.max_eval_examples)
+        self.dev_sets = {name: (batches(split), split.labels)
+                         for name, split in self.dev_splits.items()}  # fmt: skip
 
     def read_training(self):
         if not FLAGS.train_file:
