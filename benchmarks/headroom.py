@@ -27,7 +27,7 @@ from absl import app, flags
 import benchmarks
 from benchmarks import (define_forms_flags, define_forward_flags, random_encoder, stored_weights,
                         time_forms)
-from keras_bert import layers, serving
+from keras_bert import attention, primitives, serving
 
 FLAGS = flags.FLAGS
 define_forward_flags()
@@ -54,26 +54,24 @@ def _rows_like(rows):
     return stand_in
 
 
-# Each part: the attributes of keras_bert.layers that compute it, and their stand-ins.
+# Each part: the (owner, attribute) pairs of keras_bert that compute it, and their stand-ins.
 STAND_INS = {
-    "gathers": {"spread_for_attention": _rows_like("slots"), "pack": _rows_like("tokens")},
-    "transposes": {"swap_heads_and_positions": _reshape_only},
-    "layer_norms": {"BertLayerNorm.call": lambda self, x, training=None: tf.cast(x, "float32")},
-}
+    "gathers": {(attention, "spread_for_attention"): _rows_like("slots"),
+                (attention, "pack"): _rows_like("tokens")},
+    "transposes": {(attention, "swap_heads_and_positions"): _reshape_only},
+    "layer_norms": {(primitives.BertLayerNorm, "call"):
+                    lambda self, x, training=None: tf.cast(x, "float32")},
+}  # fmt: skip
 FORMS = {"as_is": [], "no_transposes": ["transposes"], "no_layer_norms": ["layer_norms"],
          "none_of_them": list(STAND_INS)}  # fmt: skip
 
 
 @contextlib.contextmanager
 def stand_ins(parts):
-    """keras_bert.layers with `parts` replaced, while a form is traced."""
+    """keras_bert's attention and LayerNorm with `parts` replaced, while a form is traced."""
     saved = []
     for part in parts:
-        for path, stand_in in STAND_INS[part].items():
-            owner, name = layers, path
-            if "." in path:
-                owner_name, name = path.split(".")
-                owner = getattr(layers, owner_name)
+        for (owner, name), stand_in in STAND_INS[part].items():
             saved.append((owner, name, getattr(owner, name)))
             setattr(owner, name, stand_in)
     try:

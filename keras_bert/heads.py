@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_bert import layers
+from keras_bert import primitives
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 
@@ -36,12 +36,12 @@ class MaskedLMHead(keras.layers.Layer):
         self.initializer_range = initializer_range
         self.dense = keras.layers.Dense(
             word_embeddings.output_dim,
-            activation=layers.activation(hidden_act),
-            kernel_initializer=layers.initializer(initializer_range),
+            activation=primitives.activation(hidden_act),
+            kernel_initializer=primitives.initializer(initializer_range),
             dtype=self.dtype_policy,
             name="dense",
         )
-        self.layer_norm = layers.layer_norm("layer_norm")
+        self.layer_norm = primitives.layer_norm("layer_norm")
 
     def build(self, sequence_output_shape, masked_positions_shape=None):
         hidden_size = self.word_embeddings.output_dim
@@ -80,7 +80,7 @@ class NextSentenceHead(keras.layers.Layer):
         self.initializer_range = initializer_range
         self.dense = keras.layers.Dense(
             2,
-            kernel_initializer=layers.initializer(initializer_range),
+            kernel_initializer=primitives.initializer(initializer_range),
             dtype="float32",
             name="dense",
         )
@@ -114,7 +114,7 @@ class ClassifierHead(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
         self.dense = keras.layers.Dense(
             num_classes,
-            kernel_initializer=layers.initializer(initializer_range),
+            kernel_initializer=primitives.initializer(initializer_range),
             dtype="float32",  # logits feed the loss and the softmax in float32
             name="dense",
         )
@@ -196,7 +196,7 @@ class SpanLabelerHead(keras.layers.Layer):
         self.initializer_range = initializer_range
         self.dense = keras.layers.Dense(
             2,
-            kernel_initializer=layers.initializer(initializer_range),
+            kernel_initializer=primitives.initializer(initializer_range),
             dtype="float32",
             name="dense",
         )

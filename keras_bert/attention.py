@@ -1,0 +1,219 @@
+"""BERT's multi-head self-attention on the real tokens alone, packed into (tokens, hidden)
+(keras_bert/packing.py): only the batched products spread them back to (batch, seq).
+
+Mixed precision: the scores are cast to float32 before the softmax.
+"""
+
+import math
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from keras_bert import column_parts
+from keras_bert.packing import pack, spread_for_attention
+from keras_bert.primitives import BertDropout, cond, initializer
+
+_SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
+
+
+# The same bits as an integer of the same width: see swap_heads_and_positions.
+_SAME_WIDTH_INT = {"float32": tf.int32, "bfloat16": tf.int16, "float16": tf.int16}
+
+
+@tf.custom_gradient
+def swap_heads_and_positions(x):
+    """(batch, seq, heads, size) <-> (batch, heads, seq, size): attention's transposes.
+
+    The transpose runs on the integer view of x's bits. oneDNN replaces every floating-point
+    Transpose with its own, which builds a reorder each call: 41 microseconds for a 10-token
+    sentence's (1, 10, 12, 32), where TensorFlow's own kernel (which integers keep) takes 4; on
+    BERT-base batches the two are as fast (measured with the change, commit a5629cd). Its own
+    inverse, and so its own gradient.
+    """
+
+    def swap(t):
+        integer = _SAME_WIDTH_INT[t.dtype.name]
+        return tf.bitcast(tf.transpose(tf.bitcast(t, integer), (0, 2, 1, 3)), t.dtype)
+
+    return swap(x), swap
+
+
+# In inference, attention over at most this many (batch * seq * seq) scores per head runs on
+# TensorFlow's own kernels, above it on oneDNN's. oneDNN's batched products and softmax cost 30
+# to 60 microseconds a call however small the input: 125 per block for a 10-token sentence,
+# against 9 for TensorFlow's. Its products win from about 2 x 40 x 40 (float32; bfloat16 from
+# 1 x 64 x 64) and run BERT-base batches 2 to 4 times as fast. Training takes oneDNN's kernels
+# outright, as BertLayerNorm takes its fused op: no cond to trace twice, with its gradients.
+SMALL_ATTENTION = 1600
+
+
+def small_batch_matmul(x, y, adjoint_b=False):
+    """x @ y (or y transposed) on TensorFlow's own kernel: oneDNN replaces BatchMatMulV2 only."""
+    return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype, adj_y=adjoint_b)
+
+
+def small_softmax(scores):
+    """The softmax over the last axis, as plain element-wise ops and reductions (oneDNN
+    replaces the Softmax op)."""
+    exp = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
+    return exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
+
+
+def attention_bias(input_mask, dtype):
+    """(batch, seq) 0/1 mask -> (batch, 1, 1, seq) bias in `dtype`: 0 where attended, a large
+    negative number not (-1e9; -1e4 in float16, whose range ends at 65,504)."""
+    mask = ops.cast(input_mask, dtype)[:, None, None, :]
+    return (1.0 - mask) * (-1e4 if dtype == "float16" else -1e9)
+
+
+def _projected_parts(parts, tokens, first):
+    """Each column part's (query, key, value) projections of `tokens` (ColumnParts of
+    BertSelfAttention._split): the queries of the rows `first` alone, where it is not None."""
+    if "query_key_value" in parts:  # the parts' one product each
+        for part in parts["query_key_value"]:
+            query, key, value = part(tokens)
+            yield (query if first is None else tf.gather(query, first)), key, value
+        return
+    queries = tokens if first is None else tf.gather(tokens, first)
+    for query_part, key_value_part in zip(parts["query"], parts["key_value"]):
+        yield (query_part(queries), *key_value_part(tokens))
+
+
+@_SERIALIZABLE
+class BertSelfAttention(keras.layers.Layer):
+    """Multi-head scaled dot-product self-attention with its output projection.
+
+    Call with `tokens`, the real tokens packed as (tokens, hidden_size), and `layout`, the
+    `packing.TokenLayout` of their batch (its input_mask says which keys may be attended to).
+    Returns (tokens, hidden_size) in the compute dtype; with `first_only=True`, (batch,
+    hidden_size): only each sequence's first token queries (all tokens are still keys).
+    """
+
+    def __init__(self, hidden_size, num_attention_heads, dropout_rate, initializer_range, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.num_attention_heads = num_attention_heads
+        self.dropout_rate = dropout_rate
+        self.initializer_range = initializer_range
+        self.head_size = hidden_size // num_attention_heads
+
+        def dense(name):
+            return keras.layers.Dense(
+                hidden_size,
+                kernel_initializer=initializer(initializer_range),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        self.query = dense("query")
+        self.key = dense("key")
+        self.value = dense("value")
+        self.output_dense = dense("output_dense")
+        self.dropout = BertDropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
+
+    def build(self, input_shape):
+        for layer in (self.query, self.key, self.value, self.output_dense):
+            layer.build(input_shape)
+
+    def _split_heads(self, x, batch, length, heads):
+        """(batch * length, heads * head_size) -> (batch, heads, length, head_size)."""
+        x = ops.reshape(x, (batch, length, heads, self.head_size))
+        return swap_heads_and_positions(x)
+
+    def call(self, tokens, layout, training=None, first_only=False):
+        # The projections see rank 2 (tokens, hidden): oneDNN fuses a rank-2 product with its
+        # bias (a rank-3 Dense is a Tensordot whose reshape keeps the two apart). The cast is
+        # done once here, rather than in each of the three projections.
+        tokens = ops.cast(tokens, self.compute_dtype)
+        first = layout["first"] if first_only else None
+        parts = column_parts.of_layer(self, training)
+        if parts is None:
+            queries = tokens if first is None else tf.gather(tokens, first)
+            projected = (self.query(queries), self.key(tokens), self.value(tokens))
+            context = self._context(projected, layout, self.num_attention_heads, training,
+                                    first_only)  # fmt: skip
+            return self.output_dense(context)
+        heads = self.num_attention_heads // parts.count
+        contexts = [self._context(projected, layout, heads, training, first_only)
+                    for projected in _projected_parts(parts, tokens, first)]  # fmt: skip
+        return parts.join("output_dense", contexts)
+
+    def _context(self, projected, layout, heads, training, first_only):
+        """`heads` heads' attention, from their (query, key, value) projections: (rows, heads *
+        head_size), the rows of the keys and values the tokens (packed), those of the queries
+        too, or with `first_only` one a sequence."""
+        query, key, value = projected
+        input_mask = layout["input_mask"]
+        batch, seq = ops.shape(input_mask)[0], ops.shape(input_mask)[1]
+        queries = 1 if first_only else seq
+        if not first_only:
+            query = spread_for_attention(query, layout)  # (batch * seq, width)
+        query = self._split_heads(query, batch, queries, heads)  # (batch, heads, queries, size)
+        key = self._split_heads(spread_for_attention(key, layout), batch, seq, heads)
+        value = self._split_heads(spread_for_attention(value, layout), batch, seq, heads)
+        # Only where oneDNN would run them: not on GPUs, and not in float16 (TensorFlow's
+        # BatchMatMulV3 has no float16 kernel on CPUs).
+        small = (not training and self.compute_dtype != "float16"
+                 and not tf.config.list_logical_devices("GPU")
+                 and batch * queries * seq <= SMALL_ATTENTION)  # fmt: skip
+
+        def attention_probs(matmul, softmax):
+            scores = matmul(query, key, adjoint_b=True)  # (batch, heads, queries, seq)
+            # Scaled and masked in the product's dtype, in this order and under this absolute
+            # name: oneDNN's graph rewrite then fuses the product, the scalar Mul and the Add
+            # into one kernel that applies them to its float32 sums (one pass over the scores
+            # instead of three). Its pattern wants the product as the Mul's first input and the
+            # Mul as the Add's, and Grappler sorts the inputs of both by name first; "zz_"
+            # sorts after the model's own names. Adding 0 keeps a real key's score exact;
+            # -1e9 drowns a padded one in bfloat16 as in float32.
+            with tf.name_scope("zz_attention/"):
+                scale = tf.constant(1.0 / math.sqrt(self.head_size), self.compute_dtype)
+                bias = attention_bias(input_mask, self.compute_dtype)
+            scores = scores * scale + bias
+            # Softmax in float32: bfloat16 scores would lose the small differences between keys.
+            return softmax(ops.cast(scores, "float32"))  # (batch, heads, queries, seq)
+
+        probs = cond(small, lambda: attention_probs(small_batch_matmul, small_softmax),
+                      lambda: attention_probs(tf.linalg.matmul, tf.nn.softmax))  # fmt: skip
+        probs = self.dropout(ops.cast(probs, self.compute_dtype), training=training)
+        context = cond(small, lambda: small_batch_matmul(probs, value),
+                        lambda: tf.linalg.matmul(probs, value))  # (batch, heads, queries, size)
+        context = swap_heads_and_positions(context)  # (batch, queries, heads, head_size)
+        context = ops.reshape(context, (-1, heads * self.head_size))  # (batch * queries, ...)
+        return context if first_only else pack(context, layout)  # (rows, heads * head_size)
+
+    def split_columns(self, count, first_only=False):
+        """Serving: computes its heads in `count` groups, each from its own columns of the
+        query, key and value weights, in one product a group, and (in float32) its output
+        product as the sum of each group's product with its own rows of the weights; all on
+        frozen copies of the weights (ColumnParts). The groups share no work until they are
+        summed, so TensorFlow's inter-op threads run them side by side: a sentence's products
+        are too small for oneDNN to split over two threads at a gain. The same numbers up to
+        the rounding of that sum; 1 undoes it. Refused in training. `first_only`: for a layer
+        called with first_only=True, the query's columns kept in a product of their own, so
+        that it computes the first tokens' queries alone (key and value in one product)."""
+        self._column_parts = self._split(count, first_only)
+
+    def _split(self, count, first_only=False):
+        column_parts.check_shares(count, [("attention heads", self.num_attention_heads)])
+        if count == 1:
+            return None
+        if first_only:
+            projections = {"query": self.query, "key_value": (self.key, self.value)}
+        else:
+            projections = {"query_key_value": (self.query, self.key, self.value)}
+        return column_parts.ColumnParts(count, **projections, output_dense=self.output_dense,
+                                        rows=["output_dense"])  # fmt: skip
+
+    def compute_output_shape(self, tokens_shape, layout_shape):
+        return tokens_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_size": self.hidden_size,
+            "num_attention_heads": self.num_attention_heads,
+            "dropout_rate": self.dropout_rate,
+            "initializer_range": self.initializer_range,
+        }
