@@ -7,7 +7,7 @@ Three folder layouts are understood:
   keras:        encoder.keras, keras_bert.json, vocab.txt (this project's own)
 A finished fine-tuning run's folder (model.keras: a whole task model, vocabulary inside) is
 recognised too (format "run"): `read_config` reads its encoder's config, and the task models'
-`from_checkpoint` start from it (keras_bert.task.load_pretrained); `load_checkpoint` refuses it.
+`from_checkpoint` start from it (keras_bert.pretrained.load_pretrained); `load_checkpoint` refuses it.
 The masked-LM (cls/predictions/...) and next-sentence (cls/seq_relationship/...) heads are read
 when the checkpoint has them, and written when given. Loading is all or nothing: a missing,
 unexpected or misshapen variable is an error that names it.

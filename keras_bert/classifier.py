@@ -14,7 +14,9 @@ from keras_bert import serving
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import ClassifierHead, FoldChoices, MultipleChoiceHead
 from keras_bert.preprocessing import BertMultipleChoicePreprocessor, BertPreprocessor
-from keras_bert.task import BertTask, check_class_ids, class_ids, load_pretrained
+from keras_bert.batching import check_class_ids, class_ids
+from keras_bert.pretrained import load_pretrained
+from keras_bert.task import BertTask
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 

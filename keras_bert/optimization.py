@@ -1,6 +1,7 @@
 """AdamW with BERT's weight-decay exclusions, warmup followed by linear decay, and optionally
 layer-wise learning-rate decay."""
 
+import dataclasses
 import re
 
 import keras
@@ -136,3 +137,21 @@ def create_optimizer(
     schedule = WarmupLinearDecay(learning_rate, total_steps, warmup_steps)
     return AdamW(schedule, weight_decay=weight_decay, layer_decay=layer_decay or 1.0,
                  epsilon=epsilon, global_clipnorm=clipnorm)  # fmt: skip
+
+
+@dataclasses.dataclass
+class Recipe:
+    """The fine-tuning optimizer's settings, kept until the number of training steps is known
+    (BertTask.compile's defaults, applied when fit counts its steps)."""
+
+    learning_rate: float
+    warmup_proportion: float
+    weight_decay: float
+    clipnorm: float
+    layer_decay: float | None = None
+
+    def optimizer(self, total_steps):
+        """`create_optimizer` for a run of `total_steps`, warming up over its proportion."""
+        return create_optimizer(
+            self.learning_rate, total_steps, int(total_steps * self.warmup_proportion),
+            weight_decay=self.weight_decay, clipnorm=self.clipnorm, layer_decay=self.layer_decay)

@@ -21,7 +21,9 @@ from keras_bert import checkpoints
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import MaskedLMHead, NextSentenceHead
 from keras_bert.preprocessing import BertPreprocessor
-from keras_bert.task import BertTask, check_class_ids, check_sequence_length, class_ids
+from keras_bert.batching import check_class_ids, class_ids
+from keras_bert.pretrained import check_sequence_length
+from keras_bert.task import BertTask
 from keras_bert.tokenizer import BertTokenizer
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")

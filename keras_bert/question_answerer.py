@@ -19,7 +19,8 @@ from keras_bert import serving
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import SpanLabelerHead
 from keras_bert.spans import SpanWindows
-from keras_bert.task import BertTask, load_pretrained
+from keras_bert.pretrained import load_pretrained
+from keras_bert.task import BertTask
 from keras_bert.tokenizer import valid_utf8
 
 

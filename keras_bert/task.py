@@ -9,18 +9,15 @@ runs it inside Keras' predict step; an export runs it inside its serving functio
 the same everywhere.
 """
 
-import dataclasses
 import os
 import warnings
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from keras_bert import checkpoints, optimization, serving
+from keras_bert import batching, optimization, serving
 from keras_bert.column_parts import check_column_parts, serving_column_parts
 from keras_bert.encoder import INPUT_NAMES
-from keras_bert.tokenizer import BertTokenizer
 
 
 # Compute precisions by name -> the Keras dtype policy that computes in them.
@@ -30,47 +27,6 @@ PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mi
 # A serving setting (README, "Export and TF Serving"): TensorFlow's oneDNN kernels then keep the
 # first weights each product sees, reordered for speed, and never read the variables again.
 FROZEN_WEIGHTS_VARIABLE = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
-
-
-def without_autotuning(dataset):
-    """`dataset` without tf.data's autotuning thread. That thread sleeps between its
-    optimizations for longer and longer periods, and destroying an iterator waits for the sleep
-    to end, so a `fit` or `evaluate` can end long after its last step: of 8 one-epoch fits of 30
-    steps (3.5 s of work) 2 to 6 ended at 5.2 s, and none without it; tasks.pretrain's fit calls
-    of 100 to 500 steps ended 40 to 55 s late on 2 AVX2 cores, and 0.6 s without it.
-    Steps run as fast without it, AUTOTUNE parallelism and prefetch falling back to their
-    defaults: the preprocessing costs about 0.5 ms a batch, a training step 100 ms or more.
-    `batched` applies it to what it builds from lists, the task binaries to their datasets."""
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return dataset.with_options(options)
-
-
-def class_ids(y, count, what="label"):
-    """Targets as int32 class ids, checked in the graph (a batch from a tf.data.Dataset):
-    whole numbers from 0 to count - 1. A cast alone would make a label of 0.5 class 0."""
-    y = tf.convert_to_tensor(y)
-    if y.dtype.is_floating:  # NaN is not equal to itself, so it fails too
-        tf.debugging.assert_equal(y, tf.round(y), message=f"a {what} is not a whole number")
-    y = tf.cast(y, tf.int32)
-    tf.debugging.assert_less(y, count, message=f"a {what} is not below {count}")
-    tf.debugging.assert_non_negative(y, message=f"a {what} is negative")
-    return y
-
-
-def check_class_ids(y, count, what="label"):
-    """The same check on targets in memory, before any graph runs: one line naming the first
-    target that is not a class id."""
-    values = np.asarray(y)
-    if values.dtype.kind not in "biuf":
-        got = "strings" if values.dtype.kind in "USO" else f"{values.dtype} values"
-        raise ValueError(f"y must be {what}s as numbers from 0 to {count - 1}, got {got}")
-    flat = values.reshape(-1).astype("float64")
-    bad = ~np.isfinite(flat) | (flat != np.round(flat)) | (flat < 0) | (flat >= count)
-    if bad.any():
-        index = int(np.argmax(bad))
-        raise ValueError(f"y[{index}] is {values.reshape(-1)[index].item()!r}: {what}s must be "
-                         f"whole numbers from 0 to {count - 1}")
 
 
 def check_weights_can_change():
@@ -83,121 +39,9 @@ def check_weights_can_change():
                          "unset it to train (it is a serving setting)")
 
 
-@dataclasses.dataclass
-class _Recipe:
-    """compile()'s optimizer settings, kept until fit() knows how many steps it runs."""
-
-    learning_rate: float
-    warmup_proportion: float
-    weight_decay: float
-    clipnorm: float
-    compile_kwargs: dict
-    layer_decay: float | None = None
-
-
-def check_sequence_length(sequence_length, config, what="sequence_length"):
-    """Refuses a length the checkpoint has no position embeddings for (or below 3)."""
-    if not 3 <= sequence_length <= config.max_position_embeddings:
-        raise ValueError(f"{what}={sequence_length} must be between 3 and the checkpoint's "
-                         f"max_position_embeddings={config.max_position_embeddings}")  # fmt: skip
-
-
-def load_pretrained(path, do_lower_case=None, sequence_length=None):
-    """(encoder, tokenizer, task model) of a Google, Hugging Face or keras-bert checkpoint
-    folder, or of a finished run's folder (its model.keras); with `sequence_length`, checked
-    against the checkpoint before its weights load.
-
-    From a run, the encoder is a copy of the run's (fine-tuned weights, computing in today's
-    Keras dtype policy) with the run's tokenizer, and the third item is the run's task model, so
-    that a model of the same kind can keep its head (SQuAD v2.0 from a v1.1 run, say). From a
-    checkpoint, the third item is None."""
-    if sequence_length is not None:
-        check_sequence_length(sequence_length, checkpoints.read_config(path))
-    fmt, folder = checkpoints.detect_format(path)
-    if fmt != checkpoints.RUN:
-        checkpoint = checkpoints.load_checkpoint(path, do_lower_case)
-        tokenizer = BertTokenizer(checkpoint.vocab_file, checkpoint.do_lower_case)
-        return checkpoint.encoder, tokenizer, None
-    run = keras.saving.load_model(os.path.join(folder, "model.keras"))
-    if not isinstance(run, BertTask):
-        raise ValueError(f"{folder}/model.keras is a {type(run).__name__}, not a keras_bert task "
-                         "model: pass a checkpoint folder or a keras_bert run's output folder")
-    tokenizer = run.preprocessor.tokenizer
-    if do_lower_case is not None and do_lower_case != tokenizer.do_lower_case:
-        raise ValueError(f"{path} was fine-tuned with do_lower_case={tokenizer.do_lower_case}; "
-                         f"its vocabulary cannot be used with do_lower_case={do_lower_case}")
-    config = {**run.encoder.get_config(), "dtype": None}  # None: today's global policy
-    encoder = type(run.encoder).from_config(config)
-    encoder.set_weights(run.encoder.get_weights())
-    return encoder, tokenizer, run
-
-
-def _as_tensors(value):
-    """Python lists / NumPy arrays (or tuples and dicts of them) -> what from_tensor_slices takes
-    (a tuple stays a tuple: a pair of texts, or (starts, ends))."""
-    if isinstance(value, dict):
-        return {k: _as_tensors(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_as_tensors(v) for v in value)
-    return value if tf.is_tensor(value) else tf.convert_to_tensor(value)
-
-
-def _check_sample_weights(sample_weight):
-    """One line for the first sample weight that is not a finite number of at least 0: a NaN
-    weight makes the loss NaN, a negative one trains away from its target."""
-    parts = sample_weight.values() if isinstance(sample_weight, dict) else [sample_weight]
-    for part in parts:
-        try:
-            values = np.asarray(part, dtype="float64").reshape(-1)
-        except (TypeError, ValueError):
-            raise ValueError("sample_weight must be numbers, one per example") from None
-        bad = ~np.isfinite(values) | (values < 0)
-        if bad.any():
-            index = int(np.argmax(bad))
-            raise ValueError(f"sample_weight[{index}] is {values[index]}: weights must be "
-                             "finite numbers of at least 0")  # fmt: skip
-
-
-def _is_token_ids(x):
-    """Whether a batch's x is encoder inputs already (preprocessed), not raw data."""
-    return isinstance(x, dict) and "input_word_ids" in x
-
-
 def _check_precision(precision):
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; use one of {sorted(PRECISIONS)}")
-
-
-class AnyBatchSize:
-    """A tf.function (`.function`), called so that it traces once for batches of every size.
-
-    Called with tensors, a tf.function traces for their exact shapes, and with
-    `reduce_retracing` again, with the shapes relaxed, at the first call whose shapes differ:
-    the last, smaller batch of a `predict`. This traces it first with each tensor's batch axis
-    (its first) unknown, and every call then runs that graph. Calls whose arguments are not
-    all tensors (NumPy arrays, a distribution strategy's per-replica values) are left to
-    tf.function as they are."""
-
-    def __init__(self, function):
-        self.function = function
-        self._relaxed = False
-
-    def __call__(self, *args):
-        leaves = tf.nest.flatten(args)
-        if not self._relaxed and leaves and all(isinstance(t, tf.Tensor) and t.shape.rank
-                                                for t in leaves):  # fmt: skip
-            self.function.get_concrete_function(*tf.nest.map_structure(
-                lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), args))
-            self._relaxed = True
-        return self.function(*args)
-
-
-def _length(value):
-    if isinstance(value, dict):
-        value = next(iter(value.values()), ())
-    if isinstance(value, tuple):
-        value = value[0] if value else ()
-    return int(value.shape[0]) if tf.is_tensor(value) else len(value)
 
 
 class BertTask(keras.Model):
@@ -236,45 +80,15 @@ class BertTask(keras.Model):
         # pair of texts, not (x, y)).
         x, y, sample_weight = (data[0], None, None) if len(data) == 1 else (
             keras.utils.unpack_x_y_sample_weight(data))  # fmt: skip
-        if _is_token_ids(x):
+        if batching.is_token_ids(x):
             return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
         return keras.utils.pack_x_y_sample_weight(*self.preprocess_batch(x, y, sample_weight))
 
     def batched(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=None):
-        """Raw data as a batched tf.data.Dataset of raw strings (and targets), without tf.data's
-        autotuning (`without_autotuning`). A Dataset is taken as it is, options included
-        (batched, with elements x, (x, y) or (x, y, sample_weight))."""
-        if isinstance(x, tf.data.Dataset):
-            if y is not None:
-                raise ValueError("x is a tf.data.Dataset: put the targets in its elements, "
-                                 "(x, y), rather than passing y")  # fmt: skip
-            return x
-        if x is None:
-            raise ValueError("no data: pass x (raw strings)")
-        x = _as_tensors(x)
-        if any(t.shape.rank == 0 for t in tf.nest.flatten(x)):
-            raise ValueError("x holds one text where a list of them belongs: pass a batch, "
-                             "[text] for one example")  # fmt: skip
-        lengths = sorted({int(t.shape[0]) for t in tf.nest.flatten(x)})
-        if len(lengths) > 1:
-            raise ValueError(f"the parts of x differ in length ({', '.join(map(str, lengths))}"
-                             "): give each part one entry per example")  # fmt: skip
-        if _length(x) == 0:
-            raise ValueError("x is empty: pass at least one example")
-        for name, value in (("y", y), ("sample_weight", sample_weight)):
-            if value is not None and _length(value) != _length(x):
-                raise ValueError(f"len(x) is {_length(x)} but len({name}) is {_length(value)}: "
-                                 "give one target per example")  # fmt: skip
-        if y is not None:
-            self.check_targets(x, y)
-        if sample_weight is not None:
-            _check_sample_weights(sample_weight)
-        data = keras.utils.pack_x_y_sample_weight(x, *[
-            _as_tensors(v) for v in (y, sample_weight) if v is not None])  # fmt: skip
-        dataset = tf.data.Dataset.from_tensor_slices(data)
-        if shuffle:
-            dataset = dataset.shuffle(_length(x), seed=seed, reshuffle_each_iteration=True)
-        return without_autotuning(dataset.batch(batch_size or 32))
+        """Raw data as a batched tf.data.Dataset (`batching.batched`), targets given in memory
+        checked by `check_targets` first."""
+        return batching.batched(x, y, sample_weight, batch_size, shuffle, seed,
+                                check_targets=self.check_targets)
 
     def make_dataset(self, x, y=None, sample_weight=None, batch_size=None, training=False,
                      seed=None):  # fmt: skip
@@ -299,23 +113,16 @@ class BertTask(keras.Model):
         embeddings' by `layer_decay ** (num_layers + 1)` (optimization.AdamW)."""
         loss = self.default_loss() if loss == "auto" else loss
         metrics = self.default_metrics() if metrics == "auto" else metrics
-        self._recipe = None
+        self._recipe = None  # (optimization.Recipe, compile's other arguments) until fit
         if optimizer == "auto":
-            recipe = _Recipe(learning_rate, warmup_proportion, weight_decay, clipnorm,
-                             dict(loss=loss, metrics=metrics, **kwargs), layer_decay)  # fmt: skip
+            recipe = optimization.Recipe(learning_rate, warmup_proportion, weight_decay, clipnorm,
+                                         layer_decay)  # fmt: skip
             if total_steps:
-                optimizer = self._recipe_optimizer(recipe, total_steps)
+                optimizer = recipe.optimizer(total_steps)
             else:
-                self._recipe = recipe
+                self._recipe = recipe, dict(loss=loss, metrics=metrics, **kwargs)
                 optimizer = keras.optimizers.AdamW(learning_rate)  # replaced when fit starts
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
-
-    @staticmethod
-    def _recipe_optimizer(recipe, total_steps):
-        return optimization.create_optimizer(
-            recipe.learning_rate, total_steps, int(total_steps * recipe.warmup_proportion),
-            weight_decay=recipe.weight_decay, clipnorm=recipe.clipnorm,
-            layer_decay=recipe.layer_decay)  # fmt: skip
 
     def default_loss(self):
         raise NotImplementedError
@@ -335,12 +142,11 @@ class BertTask(keras.Model):
         if steps_per_epoch is None:
             # Keras needs to know an epoch; windows of SQuAD passages, say, are counted once.
             dataset = dataset.apply(tf.data.experimental.assert_cardinality(
-                self.count_steps(dataset)))  # fmt: skip
+                batching.count_steps(dataset)))  # fmt: skip
         if getattr(self, "_recipe", None) is not None:
             steps = steps_per_epoch or int(dataset.cardinality())
-            recipe, self._recipe = self._recipe, None
-            super().compile(optimizer=self._recipe_optimizer(recipe, steps * epochs),
-                            **recipe.compile_kwargs)  # fmt: skip
+            (recipe, compile_kwargs), self._recipe = self._recipe, None
+            super().compile(optimizer=recipe.optimizer(steps * epochs), **compile_kwargs)
         if validation_data is not None:
             validation_data = self.make_dataset(
                 *keras.utils.unpack_x_y_sample_weight(validation_data), batch_size=batch_size)
@@ -359,18 +165,6 @@ class BertTask(keras.Model):
         strategy path calls (keras_bert.distribute patches the same internals)."""
         if getattr(self, "_distribute_strategy", True) is None and hasattr(self, "_symbolic_build"):
             self._symbolic_build(data_batch=dataset.element_spec)
-
-    @staticmethod
-    def count_steps(dataset):
-        """Batches in one pass of `dataset`, counted when tf.data does not know them."""
-        steps = int(dataset.cardinality())
-        if steps == tf.data.INFINITE_CARDINALITY:
-            raise ValueError("the dataset repeats forever: pass steps_per_epoch")
-        if steps == tf.data.UNKNOWN_CARDINALITY:
-            steps = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
-        if steps == 0:
-            raise ValueError("no training data: the dataset is empty")
-        return steps
 
     def evaluate(self, x=None, y=None, batch_size=None, *, sample_weight=None, **kwargs):
         """Keras `evaluate` on raw data (as `fit` takes it)."""
@@ -402,7 +196,7 @@ class BertTask(keras.Model):
         return not tf.distribute.has_strategy() and self.distribute_strategy is default
 
     def make_predict_function(self, force=False):
-        """Keras's predict function, traced once for any batch size (`AnyBatchSize`): Keras
+        """Keras's predict function, traced once for any batch size (`batching.AnyBatchSize`): Keras
         calls it with each batch's tensors, so that a `predict` whose last batch is smaller
         traced the model twice. On the quick start's MiniLM (872 sentences in batches of 64)
         the first `predict` took 13.2 to 13.6 s, the next ones 7.3 to 7.7 s."""
@@ -410,12 +204,12 @@ class BertTask(keras.Model):
             return self.predict_function
         super().make_predict_function(force=force)
         if isinstance(self.predict_function, tf.types.experimental.PolymorphicFunction):
-            self.predict_function = AnyBatchSize(self.predict_function)
+            self.predict_function = batching.AnyBatchSize(self.predict_function)
         return self.predict_function
 
     def predict_step(self, data):
         x = keras.utils.unpack_x_y_sample_weight(data)[0]
-        if not _is_token_ids(x):
+        if not batching.is_token_ids(x):
             x = self.preprocess_batch(x)[0]
         return super().predict_step(x)
 
@@ -429,7 +223,7 @@ class BertTask(keras.Model):
             cache = {}
             object.__setattr__(self, "_traced_functions", cache)
         if function not in cache:
-            cache[function] = AnyBatchSize(tf.function(function, reduce_retracing=True))
+            cache[function] = batching.AnyBatchSize(tf.function(function, reduce_retracing=True))
         return cache[function]
 
     def map_batches(self, function, x, batch_size=None, verbose="auto", unit="example"):

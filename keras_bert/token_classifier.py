@@ -17,7 +17,8 @@ from keras_bert import serving
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import TokenClassifierHead
 from keras_bert.tagging import IGNORE, WordTagger
-from keras_bert.task import BertTask, load_pretrained
+from keras_bert.pretrained import load_pretrained
+from keras_bert.task import BertTask
 
 
 @keras.saving.register_keras_serializable(package="keras_bert")

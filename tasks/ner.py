@@ -24,7 +24,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertTokenClassifier, textfiles
-from keras_bert.task import without_autotuning
+from keras_bert.batching import without_autotuning
 from tasks import common, driver, run_main, runs, trainer
 
 FLAGS = flags.FLAGS

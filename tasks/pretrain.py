@@ -28,7 +28,7 @@ from keras_bert import (
     optimization,
     pretraining,
 )
-from keras_bert.task import without_autotuning
+from keras_bert.batching import without_autotuning
 from keras_bert.vocabulary import read_vocabulary
 from tasks import check_at_least_one, common, pretraining_text, run_main, runs, trainer
 

@@ -26,7 +26,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertQuestionAnswerer, textfiles
-from keras_bert.task import without_autotuning
+from keras_bert.batching import without_autotuning
 from tasks import (check_at_least_one, common, driver, run_main, runs, squad_metrics,
                    trainer)
 

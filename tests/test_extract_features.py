@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from keras_bert import BertPreprocessor
-from keras_bert.task import load_pretrained
+from keras_bert.pretrained import load_pretrained
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXTS = ["The cat sat on the mat.", "A man is playing a guitar. ||| Someone plays an instrument.",

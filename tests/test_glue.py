@@ -144,7 +144,7 @@ def test_unknown_task_is_refused():
 
 
 def test_the_binaries_datasets_run_without_tf_data_autotuning(flags_parsed):
-    """See keras_bert.task.without_autotuning: its thread's sleep delays the end of every
+    """See keras_bert.batching.without_autotuning: its thread's sleep delays the end of every
     epoch's iterator. Training batches (bucketed or not) and prediction batches, pairs too."""
     split = glue.read_tsv(os.path.join(GLUE, "MRPC", "dev.tsv"), glue.get_task("MRPC"), True)
     for bucket in [False, True]:

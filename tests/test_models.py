@@ -186,7 +186,7 @@ def test_predict_under_a_strategy_preprocesses_in_tf_data(classifier, tiny_check
 
 
 def test_datasets_built_from_lists_run_without_tf_data_autotuning(classifier):
-    """Its thread's sleep (up to 10 s) delays the end of a fit: see task.without_autotuning.
+    """Its thread's sleep (up to 10 s) delays the end of a fit: see batching.without_autotuning.
     A Dataset the user passes keeps the options the user gave it."""
     built = classifier.make_dataset(SENTENCES, LABELS, training=True)
     assert built.options().autotune.enabled is False

@@ -91,7 +91,7 @@ def test_small_model_learns_and_its_checkpoints_load(tmp_path, pretraining_data,
 
 
 def test_training_batches_run_without_tf_data_autotuning(pretraining_data, flags_parsed):
-    """See keras_bert.task.without_autotuning: with the autotuning thread, destroying the
+    """See keras_bert.batching.without_autotuning: with the autotuning thread, destroying the
     iterator at the end of each fit call waited out its sleep, 40 to 55 s on 2 AVX2 cores."""
     files = pretraining_text.input_files(str(pretraining_data / "data-*"))
     flags_parsed.train_batch_size = 4

@@ -1,0 +1,162 @@
+"""What task models do with raw data before their graph runs: check it (one example per entry,
+targets that are class ids, weights that are finite), batch it in tf.data without the autotuning
+thread, and trace functions once for batches of every size."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+
+def without_autotuning(dataset):
+    """`dataset` without tf.data's autotuning thread. That thread sleeps between its
+    optimizations for longer and longer periods, and destroying an iterator waits for the sleep
+    to end, so a `fit` or `evaluate` can end long after its last step: of 8 one-epoch fits of 30
+    steps (3.5 s of work) 2 to 6 ended at 5.2 s, and none without it; tasks.pretrain's fit calls
+    of 100 to 500 steps ended 40 to 55 s late on 2 AVX2 cores, and 0.6 s without it.
+    Steps run as fast without it, AUTOTUNE parallelism and prefetch falling back to their
+    defaults: the preprocessing costs about 0.5 ms a batch, a training step 100 ms or more.
+    `batched` applies it to what it builds from lists, the task binaries to their datasets."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
+def _as_tensors(value):
+    """Python lists / NumPy arrays (or tuples and dicts of them) -> what from_tensor_slices takes
+    (a tuple stays a tuple: a pair of texts, or (starts, ends))."""
+    if isinstance(value, dict):
+        return {k: _as_tensors(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_as_tensors(v) for v in value)
+    return value if tf.is_tensor(value) else tf.convert_to_tensor(value)
+
+
+def _length(value):
+    if isinstance(value, dict):
+        value = next(iter(value.values()), ())
+    if isinstance(value, tuple):
+        value = value[0] if value else ()
+    return int(value.shape[0]) if tf.is_tensor(value) else len(value)
+
+
+def is_token_ids(x):
+    """Whether a batch's x is encoder inputs already (preprocessed), not raw data."""
+    return isinstance(x, dict) and "input_word_ids" in x
+
+
+def class_ids(y, count, what="label"):
+    """Targets as int32 class ids, checked in the graph (a batch from a tf.data.Dataset):
+    whole numbers from 0 to count - 1. A cast alone would make a label of 0.5 class 0."""
+    y = tf.convert_to_tensor(y)
+    if y.dtype.is_floating:  # NaN is not equal to itself, so it fails too
+        tf.debugging.assert_equal(y, tf.round(y), message=f"a {what} is not a whole number")
+    y = tf.cast(y, tf.int32)
+    tf.debugging.assert_less(y, count, message=f"a {what} is not below {count}")
+    tf.debugging.assert_non_negative(y, message=f"a {what} is negative")
+    return y
+
+
+def check_class_ids(y, count, what="label"):
+    """The same check on targets in memory, before any graph runs: one line naming the first
+    target that is not a class id."""
+    values = np.asarray(y)
+    if values.dtype.kind not in "biuf":
+        got = "strings" if values.dtype.kind in "USO" else f"{values.dtype} values"
+        raise ValueError(f"y must be {what}s as numbers from 0 to {count - 1}, got {got}")
+    flat = values.reshape(-1).astype("float64")
+    bad = ~np.isfinite(flat) | (flat != np.round(flat)) | (flat < 0) | (flat >= count)
+    if bad.any():
+        index = int(np.argmax(bad))
+        raise ValueError(f"y[{index}] is {values.reshape(-1)[index].item()!r}: {what}s must be "
+                         f"whole numbers from 0 to {count - 1}")
+
+
+def _check_sample_weights(sample_weight):
+    """One line for the first sample weight that is not a finite number of at least 0: a NaN
+    weight makes the loss NaN, a negative one trains away from its target."""
+    parts = sample_weight.values() if isinstance(sample_weight, dict) else [sample_weight]
+    for part in parts:
+        try:
+            values = np.asarray(part, dtype="float64").reshape(-1)
+        except (TypeError, ValueError):
+            raise ValueError("sample_weight must be numbers, one per example") from None
+        bad = ~np.isfinite(values) | (values < 0)
+        if bad.any():
+            index = int(np.argmax(bad))
+            raise ValueError(f"sample_weight[{index}] is {values[index]}: weights must be "
+                             "finite numbers of at least 0")  # fmt: skip
+
+
+def batched(x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=None,
+            check_targets=None):
+    """Raw data as a batched tf.data.Dataset of raw strings (and targets), without tf.data's
+    autotuning (`without_autotuning`); `check_targets(x, y)` (a task model's) checks targets
+    given in memory first. A Dataset is taken as it is, options included (batched, with
+    elements x, (x, y) or (x, y, sample_weight))."""
+    if isinstance(x, tf.data.Dataset):
+        if y is not None:
+            raise ValueError("x is a tf.data.Dataset: put the targets in its elements, "
+                             "(x, y), rather than passing y")  # fmt: skip
+        return x
+    if x is None:
+        raise ValueError("no data: pass x (raw strings)")
+    x = _as_tensors(x)
+    if any(t.shape.rank == 0 for t in tf.nest.flatten(x)):
+        raise ValueError("x holds one text where a list of them belongs: pass a batch, "
+                         "[text] for one example")  # fmt: skip
+    lengths = sorted({int(t.shape[0]) for t in tf.nest.flatten(x)})
+    if len(lengths) > 1:
+        raise ValueError(f"the parts of x differ in length ({', '.join(map(str, lengths))}"
+                         "): give each part one entry per example")  # fmt: skip
+    if _length(x) == 0:
+        raise ValueError("x is empty: pass at least one example")
+    for name, value in (("y", y), ("sample_weight", sample_weight)):
+        if value is not None and _length(value) != _length(x):
+            raise ValueError(f"len(x) is {_length(x)} but len({name}) is {_length(value)}: "
+                             "give one target per example")  # fmt: skip
+    if y is not None and check_targets is not None:
+        check_targets(x, y)
+    if sample_weight is not None:
+        _check_sample_weights(sample_weight)
+    data = keras.utils.pack_x_y_sample_weight(x, *[
+        _as_tensors(v) for v in (y, sample_weight) if v is not None])  # fmt: skip
+    dataset = tf.data.Dataset.from_tensor_slices(data)
+    if shuffle:
+        dataset = dataset.shuffle(_length(x), seed=seed, reshuffle_each_iteration=True)
+    return without_autotuning(dataset.batch(batch_size or 32))
+
+
+def count_steps(dataset):
+    """Batches in one pass of `dataset`, counted when tf.data does not know them."""
+    steps = int(dataset.cardinality())
+    if steps == tf.data.INFINITE_CARDINALITY:
+        raise ValueError("the dataset repeats forever: pass steps_per_epoch")
+    if steps == tf.data.UNKNOWN_CARDINALITY:
+        steps = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
+    if steps == 0:
+        raise ValueError("no training data: the dataset is empty")
+    return steps
+
+
+class AnyBatchSize:
+    """A tf.function (`.function`), called so that it traces once for batches of every size.
+
+    Called with tensors, a tf.function traces for their exact shapes, and with
+    `reduce_retracing` again, with the shapes relaxed, at the first call whose shapes differ:
+    the last, smaller batch of a `predict`. This traces it first with each tensor's batch axis
+    (its first) unknown, and every call then runs that graph. Calls whose arguments are not
+    all tensors (NumPy arrays, a distribution strategy's per-replica values) are left to
+    tf.function as they are."""
+
+    def __init__(self, function):
+        self.function = function
+        self._relaxed = False
+
+    def __call__(self, *args):
+        leaves = tf.nest.flatten(args)
+        if not self._relaxed and leaves and all(isinstance(t, tf.Tensor) and t.shape.rank
+                                                for t in leaves):  # fmt: skip
+            self.function.get_concrete_function(*tf.nest.map_structure(
+                lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), args))
+            self._relaxed = True
+        return self.function(*args)
