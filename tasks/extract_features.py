@@ -19,6 +19,7 @@ each batch: a run that is stopped and started again with the same flags continue
 batch written. The finished file replaces --output_file in one rename.
 """
 
+import hashlib
 import json
 import os
 import time
@@ -56,11 +57,14 @@ flags.DEFINE_bool("overwrite", False, "Replace an existing --output_file, or a s
 PAIR_SEPARATOR = " ||| "
 
 
-def read_lines(path):
-    """Yields (line number, text A, text B or None), checking each line as it is read."""
+def read_lines(path, digest=None):
+    """Yields (line number, text A, text B or None), checking each line as it is read (and
+    feeding its bytes to `digest`, a hashlib object, where given)."""
     textfiles.check_file(path, "--input_file")
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
+            if digest is not None:
+                digest.update(raw)
             text = textfiles.decode(raw, path, first_line=number).rstrip("\r\n")
             first, _, second = text.partition(PAIR_SEPARATOR.strip())
             first, second = first.strip(), second.strip() if _ else None
@@ -70,10 +74,14 @@ def read_lines(path):
             yield number, first, second
 
 
-def count_lines(path):
+def scan(path):
     """Reads the whole file once, checking every line, so that a bad line stops the run before
-    any work rather than hours into it; returns the number of texts."""
-    return sum(1 for _ in read_lines(path))
+    any work rather than hours into it; returns the number of texts and the file's digest
+    (`runs.data_digest`'s, from the same bytes)."""
+    digest = hashlib.sha256()
+    count = sum(1 for _ in read_lines(path, digest))
+    digest.update(b"\0")  # runs.data_digest ends each file so
+    return count, digest.hexdigest()
 
 
 def parse_layers(spec, num_layers):
@@ -85,6 +93,12 @@ def parse_layers(spec, num_layers):
     if bad:
         raise app.UsageError(f"--layers={spec}: the checkpoint has {num_layers} layers, so each "
                              f"must be between {-num_layers} and {num_layers - 1}")  # fmt: skip
+    for j, layer in enumerate(layers):
+        same = [i for i in layers[:j] if i % num_layers == layer % num_layers]
+        if same:
+            what = (f"{layer} is named twice" if same[0] == layer else
+                    f"{same[0]} and {layer} are the same layer of {num_layers}")  # fmt: skip
+            raise app.UsageError(f"--layers={spec}: {what}; name each layer once")
     return layers
 
 
@@ -95,7 +109,8 @@ class Extractor:
         packer = BertPacker.from_tokenizer(tokenizer, sequence_length=sequence_length)
         self.single = BertPreprocessor(tokenizer, packer, num_segments=1)
         self.pair = BertPreprocessor(tokenizer, packer, num_segments=2)
-        self.vocabulary, self.layers, self.sequence_length = tokenizer.vocabulary, layers, sequence_length
+        self.vocabulary, self.layers = tokenizer.vocabulary, layers
+        self.sequence_length = sequence_length
         self.encode = tf.function(lambda inputs: encoder(inputs)["encoder_outputs"],
                                   reduce_retracing=True)  # fmt: skip
 
@@ -126,7 +141,8 @@ class Extractor:
 
 def jsonl_record(index, ids, outputs, layers, vocabulary):
     features = [{"token": vocabulary[token],
-                 "layers": [{"index": layer, "values": [round(float(x), 6) for x in outputs[layer][t]]}
+                 "layers": [{"index": layer,
+                             "values": [round(float(x), 6) for x in outputs[layer][t]]}
                             for layer in layers]}
                 for t, token in enumerate(ids)]  # fmt: skip
     return json.dumps({"linex_index": index, "features": features}) + "\n"
@@ -187,9 +203,8 @@ def write_npy(raw_path, output_file, count, width):
     os.replace(tmp, output_file)
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+def check_flags():
+    """Refuses bad flags before any work; returns (checkpoint folder, its config, --layers)."""
     for name in ("input_file", "output_file"):
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
@@ -207,21 +222,19 @@ def main(argv):
     config = checkpoints.read_config(checkpoint)
     check_sequence_length(FLAGS.max_seq_length, config, "--max_seq_length")
     layers = parse_layers(FLAGS.layers, config.num_hidden_layers)
-    if FLAGS.output_format == "npy" and FLAGS.pooling == "concat_last4" and config.num_hidden_layers < 4:
+    if (FLAGS.output_format == "npy" and FLAGS.pooling == "concat_last4"
+            and config.num_hidden_layers < 4):  # fmt: skip
         raise app.UsageError("--pooling=concat_last4 needs a checkpoint of at least 4 layers")
     if not FLAGS.overwrite and os.path.exists(FLAGS.output_file):
         raise app.UsageError(f"--output_file={FLAGS.output_file} exists; pass --overwrite to "
                              "replace it, or another --output_file")  # fmt: skip
-    total = count_lines(FLAGS.input_file)  # every line checked before any work
-    wanted = settings(runs.data_digest([FLAGS.input_file]))
-    done, keep = resume_state(FLAGS.output_file, wanted)
-    logging.info("%d texts in %s", total, FLAGS.input_file)
-    encoder, tokenizer, _ = load_pretrained(checkpoint, FLAGS.do_lower_case)
-    extractor = Extractor(encoder, tokenizer, FLAGS.max_seq_length, layers)
+    return checkpoint, config, layers
+
+
+def extract(extractor, total, done, keep, wanted):
+    """Encodes the texts after the first `done` into <output_file>.partial (cut to `keep`
+    bytes first), recording progress after each batch; returns (texts truncated, tokens/s)."""
     partial, state_path = FLAGS.output_file + ".partial", FLAGS.output_file + ".progress.json"
-    if done:
-        logging.info("continuing a stopped run: %d of %d texts were written", done, total)
-    width = (4 if FLAGS.pooling == "concat_last4" else 1) * config.hidden_size
     bar = keras.utils.Progbar(total, unit_name="text") if progress.on_a_terminal() else None
     if bar and done:
         bar.update(done)
@@ -234,40 +247,56 @@ def main(argv):
         batch = []
         for line in lines:
             batch.append(line)
-            if len(batch) == FLAGS.batch_size or done + len(batch) == total:
-                results, cut = extractor(batch)
-                truncated += cut
-                for (number, _, _), (ids, outputs) in zip(batch, results):
-                    tokens += len(ids)
-                    if FLAGS.output_format == "jsonl":
-                        out.write(jsonl_record(number - 1, ids, outputs, layers,
-                                               extractor.vocabulary).encode())  # fmt: skip
-                    else:
-                        out.write(text_vector(outputs, FLAGS.pooling).astype(np.float32).tobytes())
-                out.flush()
-                os.fsync(out.fileno())
-                done += len(batch)
-                runs.write_json(state_path, {"settings": wanted, "done": done,
-                                             "bytes": out.tell()})  # fmt: skip
-                batch = []
-                now = time.perf_counter()
-                if bar:
-                    bar.update(done)
-                elif now - last_log > 30 or done == total:
-                    logging.info("%d/%d texts, %.0f tokens/s", done, total,
-                                 tokens / (now - start))  # fmt: skip
-                    last_log = now
+            if len(batch) < FLAGS.batch_size and done + len(batch) < total:
+                continue
+            results, cut = extractor(batch)
+            truncated += cut
+            for (number, _, _), (ids, outputs) in zip(batch, results):
+                tokens += len(ids)
+                if FLAGS.output_format == "jsonl":
+                    out.write(jsonl_record(number - 1, ids, outputs, extractor.layers,
+                                           extractor.vocabulary).encode())  # fmt: skip
+                else:
+                    out.write(text_vector(outputs, FLAGS.pooling).astype(np.float32).tobytes())
+            out.flush()
+            os.fsync(out.fileno())
+            done += len(batch)
+            runs.write_json(state_path, {"settings": wanted, "done": done, "bytes": out.tell()})
+            batch = []
+            now = time.perf_counter()
+            if bar:
+                bar.update(done)
+            elif now - last_log > 30 or done == total:
+                logging.info("%d/%d texts, %.0f tokens/s", done, total, tokens / (now - start))
+                last_log = now
+    return truncated, tokens / max(time.perf_counter() - start, 1e-9)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    checkpoint, config, layers = check_flags()
+    total, digest = scan(FLAGS.input_file)  # every line checked before any work
+    wanted = settings(digest)
+    done, keep = resume_state(FLAGS.output_file, wanted)
+    logging.info("%d texts in %s", total, FLAGS.input_file)
+    encoder, tokenizer, _ = load_pretrained(checkpoint, FLAGS.do_lower_case)
+    extractor = Extractor(encoder, tokenizer, FLAGS.max_seq_length, layers)
+    if done:
+        logging.info("continuing a stopped run: %d of %d texts were written", done, total)
+    truncated, speed = extract(extractor, total, done, keep, wanted)
     if truncated:
         logging.warning("%d texts were longer than --max_seq_length=%d tokens and were cut",
                         truncated, FLAGS.max_seq_length)  # fmt: skip
+    partial = FLAGS.output_file + ".partial"
     if FLAGS.output_format == "npy":
+        width = (4 if FLAGS.pooling == "concat_last4" else 1) * config.hidden_size
         write_npy(partial, FLAGS.output_file, total, width)
         os.remove(partial)
     else:
         os.replace(partial, FLAGS.output_file)
-    os.remove(state_path)
-    logging.info("wrote %s (%d texts, %.0f tokens/s)", FLAGS.output_file, total,
-                 tokens / max(time.perf_counter() - start, 1e-9))  # fmt: skip
+    os.remove(FLAGS.output_file + ".progress.json")
+    logging.info("wrote %s (%d texts, %.0f tokens/s)", FLAGS.output_file, total, speed)
 
 
 if __name__ == "__main__":

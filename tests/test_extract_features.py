@@ -100,6 +100,14 @@ def test_vectors_per_text_in_input_order(tmp_path, input_file, minilm_dir):
     assert np.load(str(tmp_path / "concat_last4.npy")).shape == (len(TEXTS), 4 * 384)
 
 
+def test_one_pass_checks_counts_and_digests_the_input(input_file):
+    # The digest a stopped run is continued under comes from the pass that checks the lines,
+    # and is the one every other binary records (runs.data_digest).
+    code = ("import sys; from tasks import extract_features as e, runs; n, d = e.scan(sys.argv[1])"
+            "; print(n, d == runs.data_digest([sys.argv[1]]))")  # fmt: skip
+    assert extract(input_file, prefix=("-c", code)).stdout.split() == [str(len(TEXTS)), "True"]
+
+
 @pytest.mark.slow
 def test_a_killed_run_continues_where_it_stopped(tmp_path, input_file, tiny_checkpoint):
     flags = [f"--input_file={input_file}", "--layers=-1", f"--init_checkpoint={tiny_checkpoint}",
