@@ -4,6 +4,7 @@ runs a binary's steps in order).
 """
 
 import dataclasses
+import math
 import sys
 
 import numpy as np
@@ -107,12 +108,15 @@ def check_training_flags():
     wrongly without a word (a negative --clip_norm reverses the gradients)."""
     check_at_least_one(["train_batch_size", "save_checkpoints_steps", "log_every_steps",
                         "num_cpu_devices"])  # fmt: skip
-    if not FLAGS.learning_rate > 0:
-        raise app.UsageError(f"--learning_rate must be positive, got {FLAGS.learning_rate}")
-    if not FLAGS.clip_norm > 0:
-        raise app.UsageError(f"--clip_norm must be positive, got {FLAGS.clip_norm}")
-    if not FLAGS.weight_decay >= 0:
-        raise app.UsageError(f"--weight_decay must be 0 or more, got {FLAGS.weight_decay}")
+    # inf as well as nan: either makes every weight nan at the first step, and the run would
+    # go on to its end on them.
+    for name in ("learning_rate", "clip_norm"):
+        if not 0 < FLAGS[name].value < math.inf:
+            raise app.UsageError(f"--{name} must be a finite number above 0, got "
+                                 f"{FLAGS[name].value}")  # fmt: skip
+    if not 0 <= FLAGS.weight_decay < math.inf:
+        raise app.UsageError(f"--weight_decay must be a finite number, 0 or more, got "
+                             f"{FLAGS.weight_decay}")  # fmt: skip
     check_seed("seed")
 
 

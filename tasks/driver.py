@@ -1,6 +1,7 @@
 """The driver every fine-tuning binary runs: check the flags, read the data, build the task
 model from the library, fit, save, then evaluate and predict with the saved run."""
 
+import math
 import os
 
 from absl import app, flags, logging
@@ -32,8 +33,11 @@ class TaskBinary:
         """Refuses bad flag values before anything heavy loads; binaries add their own."""
         common.check_training_flags()
         check_at_least_one(["eval_batch_size", "max_train_examples", "max_eval_examples"])
-        if not FLAGS.num_train_epochs > 0:
-            raise app.UsageError(f"--num_train_epochs must be positive, got "
+        if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
+            raise app.UsageError("nothing to do: --do_train, --do_eval and --do_predict are all "
+                                 "false; pass one of them")  # fmt: skip
+        if not 0 < FLAGS.num_train_epochs < math.inf:
+            raise app.UsageError(f"--num_train_epochs must be a finite number above 0, got "
                                  f"{FLAGS.num_train_epochs}")  # fmt: skip
         if not 0 <= FLAGS.warmup_proportion <= 1:
             raise app.UsageError(f"--warmup_proportion must be between 0 and 1, got "

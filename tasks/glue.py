@@ -210,8 +210,15 @@ def read_tfds(task, split):
         raise app.UsageError("--tfds needs tensorflow-datasets: pip install -e '.[tfds]', or "
                              "pass --data_dir") from None  # fmt: skip
 
-    dataset, info = tfds.load(f"glue/{task.tfds_name}", split=split, with_info=True,
-                              data_dir=FLAGS.tfds_data_dir, download=False)  # fmt: skip
+    name = f"glue/{task.tfds_name}"
+    try:
+        dataset, info = tfds.load(name, split=split, with_info=True, data_dir=FLAGS.tfds_data_dir,
+                                  download=False)  # fmt: skip
+    except AssertionError:  # how tensorflow-datasets says that the data was never prepared
+        where = tfds.builder(name, data_dir=FLAGS.tfds_data_dir).data_dir
+        raise app.UsageError(f"--tfds: {name} is not prepared in {where}; prepare it where the "
+                             f"network allows (tfds build {name}) and pass its data_dir as "
+                             "--tfds_data_dir, or pass --data_dir (the TSVs)") from None
     names = None if task.labels is None else info.features["label"].names
     texts, labels, ids = {name: [] for name in task.text_columns}, [], []
     empty_sides = EmptySides(task, f"glue/{task.tfds_name} {split}")
@@ -287,6 +294,11 @@ class GlueBinary(driver.TaskBinary):
 
     def check_flags(self):
         FLAGS.task_name = self.task.name  # one spelling in the run's settings: sst-2 is SST-2
+        if FLAGS.tfds and FLAGS.data_dir:
+            raise app.UsageError("--tfds and --data_dir each name where the data is; pass one")
+        if FLAGS.tfds_data_dir and not FLAGS.tfds:
+            raise app.UsageError("--tfds_data_dir is read only with --tfds; pass that, or leave "
+                                 "out --tfds_data_dir")  # fmt: skip
         if FLAGS.diagnostic_file and not (self.task.name == "MNLI" and FLAGS.do_predict):
             raise app.UsageError("--diagnostic_file (AX) is read only by an MNLI run with "
                                  "--do_predict")  # fmt: skip
