@@ -33,6 +33,7 @@ def create_strategy(name, num_cpu_devices=1, tpu_address=None):
     if name == "mirrored":
         devices = [d.name for d in tf.config.list_logical_devices("GPU")]
         devices = devices or [d.name for d in tf.config.list_logical_devices("CPU")]
+        build_from_one_replica()
         return tf.distribute.MirroredStrategy(devices)
     if name == "multi_worker":
         if "TF_CONFIG" not in os.environ:
@@ -119,24 +120,69 @@ def _split_cpu(count):
                                f"started (it has {logical}): {e}") from e  # fmt: skip
 
 
-def patch_keras_for_multi_worker():
-    """Makes Keras 3's `model.fit` work under MultiWorkerMirroredStrategy.
+def _first_replica(strategy, batch):
+    """`batch` with each distributed value replaced by its first replica's (this worker's)."""
 
-    This is the project's one workaround for keras-team/keras issue 20585. Keras's TensorFlow
-    trainer fails there in two places:
-      1. Before the first step it builds the model from a batch averaged across replicas with
-         `strategy.reduce`, which fails on a multi-worker PerReplica batch. The batch only
-         supplies shapes and dtypes, so this worker's own first replica batch does as well.
-      2. It averages the logs of each step across workers with `strategy.reduce(..., axis=0)`,
-         which fails for scalar logs (loss, metrics): those are reduced over no axis instead.
-    Both replacements wrap the same Keras internals and are installed once, only when a
-    multi-worker strategy is created. Delete this function when Keras fixes the issue.
+    def local(value):
+        if isinstance(value, tf.distribute.DistributedValues):
+            return strategy.experimental_local_results(value)[0]
+        return value
+
+    return tf.nest.map_structure(local, batch)
+
+
+def build_from_one_replica():
+    """Makes Keras 3 build a model made under a strategy from one replica's share of its first
+    batch. Keras's TensorFlow trainer averages the whole batch over the replicas with
+    `strategy.reduce` first, which fails
+      - under MultiWorkerMirroredStrategy on a PerReplica batch (keras-team/keras issue 20585);
+      - under MirroredStrategy when the replicas' shares differ in size (a global batch of 3
+        on 2 replicas, or less data than one batch): TensorFlow's AddN refuses to add a (2, 16)
+        and a (1, 16) batch of token ids.
+    The batch only supplies shapes and dtypes, so one replica's share does as well. Installed
+    once (it replaces a method of Keras's trainer), when create_strategy makes either strategy.
     """
     from keras.src.backend.tensorflow import trainer
 
+    if getattr(trainer, "_keras_bert_build_patch", False):
+        return
+    if not hasattr(trainer, "TensorFlowTrainer"):
+        raise RuntimeError("this Keras version has no keras.src.backend.tensorflow.trainer."
+                           "TensorFlowTrainer; keras_bert's workaround needs updating")  # fmt: skip
+
+    def maybe_symbolic_build(self, iterator=None, data_batch=None):
+        if self._distribute_strategy is None:
+            return
+        if iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = _first_replica(self.distribute_strategy, next(batches))
+                break
+        with self.distribute_strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    trainer.TensorFlowTrainer._maybe_symbolic_build = maybe_symbolic_build
+    trainer._keras_bert_build_patch = True
+
+
+def patch_keras_for_multi_worker():
+    """Makes Keras 3's `model.fit` work under MultiWorkerMirroredStrategy.
+
+    This is the project's workaround for keras-team/keras issue 20585. Keras's TensorFlow
+    trainer fails there in two places:
+      1. Before the first step it builds the model from a batch averaged across replicas with
+         `strategy.reduce`, which fails on a multi-worker PerReplica batch
+         (`build_from_one_replica`).
+      2. It averages the logs of each step across workers with `strategy.reduce(..., axis=0)`,
+         which fails for scalar logs (loss, metrics): those are reduced over no axis instead.
+    Both replacements wrap Keras internals and are installed once, only when a multi-worker
+    strategy is created. Delete this function when Keras fixes the issue.
+    """
+    from keras.src.backend.tensorflow import trainer
+
+    build_from_one_replica()
     if getattr(trainer, "_keras_bert_multi_worker_patch", False):
         return
-    for name in ("reduce_per_replica", "_collective_all_reduce_multi_worker", "TensorFlowTrainer"):
+    for name in ("reduce_per_replica", "_collective_all_reduce_multi_worker"):
         if not hasattr(trainer, name):
             raise RuntimeError(
                 f"this Keras version has no keras.src.backend.tensorflow.trainer.{name}; "
@@ -144,34 +190,15 @@ def patch_keras_for_multi_worker():
             )
     reduce_per_replica = trainer.reduce_per_replica
 
-    def local_first_batch(strategy, batch):
-        def local(value):
-            if isinstance(value, tf.distribute.DistributedValues):
-                return strategy.experimental_local_results(value)[0]
-            return value
-
-        return tf.nest.map_structure(local, batch)
-
-    def maybe_symbolic_build(self, iterator=None, data_batch=None):
-        if self._distribute_strategy is None:
-            return
-        if iterator is not None:
-            for _, _, batches in iterator:
-                data_batch = local_first_batch(self.distribute_strategy, next(batches))
-                break
-        with self.distribute_strategy.scope():
-            self._symbolic_build(data_batch=data_batch)
-
     def reduce_logs(values, strategy, reduction):
         if reduction in ("auto", "mean") and trainer._collective_all_reduce_multi_worker(strategy):
 
             def mean(value):
-                local = local_first_batch(strategy, value)
+                local = _first_replica(strategy, value)
                 return strategy.reduce("MEAN", value, axis=0 if local.shape.rank else None)
 
             return tf.nest.map_structure(mean, values)
         return reduce_per_replica(values, strategy, reduction)
 
-    trainer.TensorFlowTrainer._maybe_symbolic_build = maybe_symbolic_build
     trainer.reduce_per_replica = reduce_logs
     trainer._keras_bert_multi_worker_patch = True
