@@ -14,12 +14,14 @@ import fcntl
 import glob
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
 import time
 
 import keras
+import tensorflow as tf
 from absl import app, logging
 
 from keras_bert import textfiles
@@ -162,6 +164,31 @@ def release(run_dir):
         lock.close()
 
 
+DIVERGED = ("training diverged; lower --learning_rate or check the training data, and start "
+            "the run again with --overwrite_output_dir")
+
+
+def check_finite_weights(model):
+    """Refuses (ValueError, one line) a model with a weight that holds nan or inf: what a run
+    that diverged holds, which is neither backed up nor saved as if it were trained."""
+    for weight in model.weights:
+        floating = tf.as_dtype(weight.dtype).is_floating
+        if floating and not bool(tf.reduce_all(tf.math.is_finite(weight))):
+            raise ValueError(f"{weight.path} holds nan or inf: {DIVERGED}")
+
+
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Stops training (ValueError, one line) at the first step whose loss is nan or inf: the
+    weights are not numbers from there on, and a run left to go on exited 0 with a model that
+    predicts one class (--learning_rate=1e30 on SST-2: dev accuracy 0.5)."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            step = int(self.model.optimizer.iterations)
+            raise ValueError(f"the training loss is {float(loss)} at step {step}: {DIVERGED}")
+
+
 class RunBackup(keras.callbacks.Callback):
     """Backs up the model's weights and optimizer state every `save_freq` batches and at the end
     of each epoch, under a temporary name that is then renamed: a kill at any instant leaves the
@@ -201,6 +228,7 @@ class RunBackup(keras.callbacks.Callback):
             self.save()
 
     def save(self):
+        check_finite_weights(self.model)  # a backup that went on from nan would be worthless
         start = time.perf_counter()
         os.makedirs(self.backup_dir, exist_ok=True)
         tmp = os.path.join(self.backup_dir, f"latest.tmp-{os.getpid()}.weights.h5")

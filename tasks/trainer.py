@@ -142,14 +142,15 @@ def fit_resumably(model, strategy, dataset, batches_per_epoch, total_batches, ca
 
 
 def run_callbacks(strategy, output_dir, callbacks, backup):
-    """TensorBoard (on the chief), the given callbacks, then the backup a killed run resumes
-    from. The backup comes last, so that an epoch's metrics are written before the state that
+    """The stop on a nan loss, TensorBoard (on the chief), the given callbacks, then the backup a
+    killed run resumes from. The stop comes first, so that nothing after it sees a step that
+    diverged; the backup comes last, so that an epoch's metrics are written before the state that
     skips that epoch; each worker keeps its own, so that they do not overwrite each other's."""
     if is_chief(strategy):
         board = keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"),
                                             update_freq=FLAGS.log_every_steps)  # fmt: skip
         callbacks = [board, *callbacks]
-    return [*callbacks, backup]
+    return [runs.StopOnNonFiniteLoss(), *callbacks, backup]
 
 
 def run_dir_of(strategy, output_dir):
@@ -163,6 +164,7 @@ def run_dir_of(strategy, output_dir):
 def save_run(output_dir, model):
     """Saves the fine-tuned model: one self-describing file (vocabulary, labels or tags,
     sequence length and window settings inside), without optimizer state."""
+    runs.check_finite_weights(model)  # the last step's update is seen by no loss
     os.makedirs(output_dir, exist_ok=True)
     tmp = os.path.join(output_dir, f"model.tmp-{os.getpid()}.keras")
     model.save(tmp)

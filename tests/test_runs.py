@@ -196,3 +196,32 @@ def test_settings_are_the_flags_of_our_modules_only():
         flags.DEFINE_integer(name, len(name), "", flag_values=values, module_name=module)
     values.mark_as_parsed()
     assert runs.settings_of(values, "glue") == {"task": "glue", "ours": 4, "shared": 6}
+
+
+def test_a_diverged_run_is_stopped_and_neither_backed_up_nor_saved(tmp_path):
+    import keras
+    import numpy as np
+
+    from tasks import trainer
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")])
+    model.compile(optimizer="adam", loss="mse")
+    backup = runs.RunBackup(str(tmp_path / "backup"), save_freq=1)
+    backup.set_model(model)
+    backup.save()  # finite weights: backed up
+    assert os.path.exists(backup.path)
+    before = os.path.getmtime(backup.path)
+    stop = runs.StopOnNonFiniteLoss()
+    stop.set_model(model)
+    stop.on_train_batch_end(0, {"loss": 0.25})  # a finite loss goes on
+    with pytest.raises(ValueError, match=r"^the training loss is nan at step 0: training "
+                                         r"diverged; lower --learning_rate"):  # fmt: skip
+        stop.on_train_batch_end(0, {"loss": float("nan")})
+    kernel = model.get_layer("dense").kernel
+    kernel.assign(np.where(np.eye(3, 2) > 0, np.inf, 1.0).astype("float32"))
+    with pytest.raises(ValueError, match=r"^sequential/dense/kernel holds nan or inf: training diverged"):
+        backup.save()
+    assert os.path.getmtime(backup.path) == before  # the last good backup stays
+    with pytest.raises(ValueError, match="holds nan or inf"):
+        trainer.save_run(str(tmp_path / "run"), model)
+    assert not os.path.exists(tmp_path / "run" / "model.keras")
