@@ -92,13 +92,14 @@ def write_shards(instances, prefix, num_shards, max_seq_length, max_predictions)
     folder = os.path.dirname(prefix) or "."
     os.makedirs(folder, exist_ok=True)
     paths = [f"{prefix}-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
-    tmps = [f"{p}.tmp-{os.getpid()}" for p in paths]
-    writers = [tf.io.TFRecordWriter(t) for t in tmps]
-    for k, instance in enumerate(instances):
-        example = to_example(instance, max_seq_length, max_predictions)
-        writers[k % num_shards].write(example.SerializeToString(deterministic=True))
-    for writer, tmp, path in zip(writers, tmps, paths):
-        writer.close()
+    # Instance k goes to shard k % num_shards; one shard open at a time (all at once, 100,000
+    # shards ran out of file handles).
+    for shard, path in enumerate(paths):
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with tf.io.TFRecordWriter(tmp) as writer:
+            for instance in instances[shard::num_shards]:
+                example = to_example(instance, max_seq_length, max_predictions)
+                writer.write(example.SerializeToString(deterministic=True))
         os.replace(tmp, path)
     return paths
 
@@ -173,6 +174,10 @@ def main(argv):
         if not getattr(FLAGS, name):
             raise app.UsageError(f"--{name} is required")
     check_flags()
+    if os.path.isdir(FLAGS.output_file):
+        raise app.UsageError(f"--output_file={FLAGS.output_file} is a folder, and the shards' "
+                             "names start with it: pass a prefix inside it, such as "
+                             f"{os.path.join(FLAGS.output_file, 'pretrain')}")  # fmt: skip
     textfiles.make_folder(os.path.dirname(os.path.abspath(FLAGS.output_file)),
                           f"--output_file={FLAGS.output_file}")  # fmt: skip
     files = pretraining_text.input_files(FLAGS.input_file)
@@ -183,6 +188,10 @@ def main(argv):
             instances = create(files, FLAGS.vocab_file, FLAGS.do_lower_case, pool)
     else:
         instances = create(files, FLAGS.vocab_file, FLAGS.do_lower_case)
+    if FLAGS.num_output_shards > len(instances):
+        raise app.UsageError(f"--num_output_shards={FLAGS.num_output_shards} is more than the "
+                             f"{len(instances)} instances made, and an empty shard would stop "
+                             f"pre-training: pass at most {len(instances)}")  # fmt: skip
     paths = write_shards(instances, FLAGS.output_file, FLAGS.num_output_shards,
                          FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)  # fmt: skip
     logging.info("wrote %d instances to %s", len(instances), ", ".join(paths))

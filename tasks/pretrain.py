@@ -103,13 +103,19 @@ def to_model_inputs(batch):
     return x, y, weights
 
 
+# What each record of tasks.create_pretraining_data holds: (its length, its type).
+RECORD_FEATURES = {"input_ids": ("tokens", tf.int64), "input_mask": ("tokens", tf.int64),
+                   "segment_ids": ("tokens", tf.int64),
+                   "masked_lm_positions": ("predictions", tf.int64),
+                   "masked_lm_ids": ("predictions", tf.int64),
+                   "masked_lm_weights": ("predictions", tf.float32),
+                   "next_sentence_labels": ("one", tf.int64)}  # fmt: skip
+
+
 def record_dataset(files, seq_length, predictions):
-    spec = {name: tf.io.FixedLenFeature([seq_length], tf.int64)
-            for name in ("input_ids", "input_mask", "segment_ids")}  # fmt: skip
-    spec.update({name: tf.io.FixedLenFeature([predictions], tf.int64)
-                 for name in ("masked_lm_positions", "masked_lm_ids")})  # fmt: skip
-    spec["masked_lm_weights"] = tf.io.FixedLenFeature([predictions], tf.float32)
-    spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
+    lengths = {"tokens": seq_length, "predictions": predictions, "one": 1}
+    spec = {name: tf.io.FixedLenFeature([lengths[length]], dtype)
+            for name, (length, dtype) in RECORD_FEATURES.items()}  # fmt: skip
     dataset = tf.data.Dataset.from_tensor_slices(files).interleave(
         tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
@@ -139,16 +145,35 @@ def training_dataset(examples):
     )
 
 
-def record_shape(path):
-    first = next(iter(tf.data.TFRecordDataset(path)), None)
-    if first is None:
-        raise ValueError(f"{path} holds no pre-training instances; make it again with "
-                         "tasks.create_pretraining_data from more text")  # fmt: skip
-    example = tf.train.Example.FromString(first.numpy())
-    features = example.features.feature
-    return len(features["input_ids"].int64_list.value), len(
-        features["masked_lm_ids"].int64_list.value
-    )
+def record_shape(files):
+    """(sequence length, predictions) of the instances in record `files`, from each file's first
+    record: a file that is not a TFRecord file, holds no instances, or was made with other
+    settings than the first is refused before anything trains."""
+    shapes = {}
+    for path in files:
+        try:
+            first = next(iter(tf.data.TFRecordDataset(path)), None)
+        except tf.errors.DataLossError:
+            raise ValueError(f"{path} is not a TFRecord file; pass the files "
+                             "tasks.create_pretraining_data writes") from None  # fmt: skip
+        if first is None:
+            raise ValueError(f"{path} holds no pre-training instances; make it again with "
+                             "tasks.create_pretraining_data from more text")  # fmt: skip
+        features = tf.train.Example.FromString(first.numpy()).features.feature
+        missing = [name for name in RECORD_FEATURES if name not in features]
+        if missing:
+            raise ValueError(f"{path} holds records without {', '.join(missing)}: not "
+                             "pre-training instances; pass the files tasks.create_pretraining_data "
+                             "writes")  # fmt: skip
+        shapes[path] = (len(features["input_ids"].int64_list.value),
+                        len(features["masked_lm_ids"].int64_list.value))  # fmt: skip
+    (first_path, shape), *rest = shapes.items()
+    for path, other in rest:
+        if other != shape:
+            raise ValueError(f"{first_path} holds instances of {shape[0]} tokens and {shape[1]} "
+                             f"predictions, {path} of {other[0]} and {other[1]}: pass the files "
+                             "of one tasks.create_pretraining_data setting")  # fmt: skip
+    return shape
 
 
 def build_pretrainer():
@@ -202,7 +227,12 @@ def warmup_steps():
 def check_flags():
     common.refuse_unused_flags(NOT_FOR_PRETRAINING, "pre-training")
     if bool(FLAGS.input_file) == bool(FLAGS.text_file):
-        raise app.UsageError("pass --input_file (TFRecords) or --text_file (streaming), not both")
+        raise app.UsageError("pass one of --input_file (TFRecords) and --text_file (streaming)")
+    scratch = [f"--{name}" for name in ("bert_config_file", "vocab_file") if FLAGS[name].value]
+    if FLAGS.init_checkpoint and scratch:
+        verb = "describe" if len(scratch) > 1 else "describes"
+        raise app.UsageError(f"{' and '.join(scratch)} {verb} a model trained from scratch, "
+                             "and --init_checkpoint brings its own: pass one or the other")  # fmt: skip
     common.check_training_flags()
     check_at_least_one(["num_train_steps", "steps_per_loop", "gradient_accumulation_steps"])
     common.check_warmup(warmup_steps(), FLAGS.num_train_steps, "--num_warmup_steps")
@@ -256,7 +286,7 @@ def examples_of(strategy, model, files):
     # reads everything and keeps its share of the examples.
     sharding = tf.data.experimental.AutoShardPolicy.DATA
     if FLAGS.input_file:
-        examples = record_dataset(files, *record_shape(files[0]))
+        examples = record_dataset(files, *record_shape(files))
         if len(files) >= strategy.num_replicas_in_sync:
             sharding = tf.data.experimental.AutoShardPolicy.FILE
     else:

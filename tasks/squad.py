@@ -265,10 +265,11 @@ class SquadBinary(driver.TaskBinary):
         if not math.isfinite(FLAGS.null_score_diff_threshold):
             raise app.UsageError(f"--null_score_diff_threshold must be a finite number, got "
                                  f"{FLAGS.null_score_diff_threshold}")  # fmt: skip
-        if FLAGS.max_query_length < 1 or FLAGS.max_query_length + 4 > FLAGS.max_seq_length:
+        check_at_least_one(["max_query_length"])
+        if FLAGS.max_query_length + 4 > FLAGS.max_seq_length:
             raise app.UsageError(f"--max_query_length={FLAGS.max_query_length} leaves no room "
                                  f"for the passage in --max_seq_length={FLAGS.max_seq_length}: "
-                                 "it must be at least 1 and at most --max_seq_length - 4")  # fmt: skip
+                                 "it must be at most --max_seq_length - 4")  # fmt: skip
         room = FLAGS.max_seq_length - FLAGS.max_query_length - 3
         if FLAGS.doc_stride > room:
             raise app.UsageError(f"--doc_stride={FLAGS.doc_stride} is longer than a window's "

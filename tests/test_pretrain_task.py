@@ -96,11 +96,42 @@ def test_training_batches_run_without_tf_data_autotuning(pretraining_data, flags
     files = pretraining_text.input_files(str(pretraining_data / "data-*"))
     flags_parsed.train_batch_size = 4
     dataset = pretrain.training_dataset(
-        pretrain.record_dataset(files, *pretrain.record_shape(files[0])))  # fmt: skip
+        pretrain.record_dataset(files, *pretrain.record_shape(files)))  # fmt: skip
     assert dataset.options().autotune.enabled is False
     x, y, weights = next(iter(dataset))
     assert x["input_word_ids"].shape[0] == 4 and x["masked_lm_positions"].shape == (4, 10)
     assert y["next_sentence"].shape == weights["next_sentence"].shape == (4,)
+
+
+def test_record_files_that_do_not_fit_are_refused_before_training(tmp_path, pretraining_data):
+    import tensorflow as tf
+
+    good = pretraining_text.input_files(str(pretraining_data / "data-*"))
+    assert pretrain.record_shape(good) == (64, 10)  # the fixture's settings
+
+    def write(name, **lengths):
+        features = {feature: tf.train.Feature(int64_list=tf.train.Int64List(value=[0] * n))
+                    for feature, n in lengths.items()}  # fmt: skip
+        with tf.io.TFRecordWriter(str(tmp_path / name)) as writer:
+            writer.write(tf.train.Example(features=tf.train.Features(
+                feature=features)).SerializeToString())  # fmt: skip
+        return str(tmp_path / name)
+
+    full = dict(input_ids=16, input_mask=16, segment_ids=16, masked_lm_positions=3,
+                masked_lm_ids=3, masked_lm_weights=3, next_sentence_labels=1)  # fmt: skip
+    shorter = write("shorter.tfrecord", **full)
+    with pytest.raises(ValueError, match=r"holds instances of 64 tokens and 10 predictions, "
+                                         r".*shorter.tfrecord of 16 and 3: pass the files of one"):
+        pretrain.record_shape([good[0], shorter])
+    no_labels = write("no_labels.tfrecord", **{k: v for k, v in full.items()
+                                               if k != "next_sentence_labels"})  # fmt: skip
+    with pytest.raises(ValueError, match=r"no_labels.tfrecord holds records without "
+                                         r"next_sentence_labels: not pre-training instances"):
+        pretrain.record_shape([no_labels])
+    text = tmp_path / "text.tfrecord"
+    text.write_text("Just some text, not records.\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"text.tfrecord is not a TFRecord file"):
+        pretrain.record_shape([good[0], str(text)])
 
 
 @pytest.mark.slow
