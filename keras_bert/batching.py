@@ -63,6 +63,9 @@ def check_class_ids(y, count, what="label"):
     if values.dtype.kind not in "biuf":
         got = "strings" if values.dtype.kind in "USO" else f"{values.dtype} values"
         raise ValueError(f"y must be {what}s as numbers from 0 to {count - 1}, got {got}")
+    if values.ndim > 1 and int(np.prod(values.shape[1:])) != 1:
+        raise ValueError(f"y has shape {values.shape}: give one {what} per example, a number "
+                         f"from 0 to {count - 1} (one-hot rows are not taken)")  # fmt: skip
     flat = values.reshape(-1).astype("float64")
     bad = ~np.isfinite(flat) | (flat != np.round(flat)) | (flat < 0) | (flat >= count)
     if bad.any():
@@ -93,6 +96,9 @@ def batched(x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=
     autotuning (`without_autotuning`); `check_targets(x, y)` (a task model's) checks targets
     given in memory first. A Dataset is taken as it is, options included (batched, with
     elements x, (x, y) or (x, y, sample_weight))."""
+    whole = isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool)
+    if batch_size is not None and not (whole and batch_size >= 1):
+        raise ValueError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
     if isinstance(x, tf.data.Dataset):
         if y is not None:
             raise ValueError("x is a tf.data.Dataset: put the targets in its elements, "

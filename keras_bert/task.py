@@ -168,6 +168,9 @@ class BertTask(keras.Model):
 
     def evaluate(self, x=None, y=None, batch_size=None, *, sample_weight=None, **kwargs):
         """Keras `evaluate` on raw data (as `fit` takes it)."""
+        if y is None and not isinstance(x, tf.data.Dataset):
+            raise ValueError("evaluate needs targets: pass y (one per example), or x as a "
+                             "batched tf.data.Dataset of (x, y)")  # fmt: skip
         if not self.compiled:
             self.compile()
         dataset = self.make_dataset(x, y, sample_weight, batch_size)

@@ -258,6 +258,7 @@ def test_bad_labels_and_inputs_are_refused_in_one_line(classifier):
         ([0, 1, 0.5, 1], r"y\[2\] is 0.5"), ([0, np.nan, 1, 1], r"y\[1\] is nan"),
         ([0, -1, 1, 1], r"y\[1\] is -1"), (["a", "b", "a", "b"], "got strings"),
         ([0, 1, 1], r"len\(x\) is 4 but len\(y\) is 3"),
+        ([[1, 0], [0, 1], [1, 0], [0, 1]], r"y has shape \(4, 2\): give one label per example"),
     ]:
         with pytest.raises(ValueError, match=message):
             classifier.fit(SENTENCES, labels, verbose=0)
@@ -285,6 +286,13 @@ def test_bad_labels_and_inputs_are_refused_in_one_line(classifier):
     for empty in ([], np.array([], dtype=object), ()):
         with pytest.raises(ValueError, match="x is empty"):
             classifier.predict(empty, verbose=0)
+    classifier.fit(SENTENCES, [[0], [1], [0], [1]], verbose=0)  # a column of ids is fine
+    with pytest.raises(ValueError, match="evaluate needs targets: pass y"):
+        classifier.evaluate(SENTENCES, verbose=0)
+    for size in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match=f"batch_size must be a whole number of at least 1, "
+                                             f"got {size}"):  # fmt: skip
+            classifier.predict(SENTENCES, batch_size=size, verbose=0)
     forever = tf.data.Dataset.from_tensor_slices((SENTENCES, LABELS)).batch(2).repeat()
     with pytest.raises(ValueError, match="repeats forever: pass steps_per_epoch"):
         classifier.fit(forever, verbose=0)
