@@ -204,7 +204,7 @@ def test_a_diverged_run_is_stopped_and_neither_backed_up_nor_saved(tmp_path):
 
     from tasks import trainer
 
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")])
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")], name="run")
     model.compile(optimizer="adam", loss="mse")
     backup = runs.RunBackup(str(tmp_path / "backup"), save_freq=1)
     backup.set_model(model)
@@ -219,7 +219,7 @@ def test_a_diverged_run_is_stopped_and_neither_backed_up_nor_saved(tmp_path):
         stop.on_train_batch_end(0, {"loss": float("nan")})
     kernel = model.get_layer("dense").kernel
     kernel.assign(np.where(np.eye(3, 2) > 0, np.inf, 1.0).astype("float32"))
-    with pytest.raises(ValueError, match=r"^sequential/dense/kernel holds nan or inf: training diverged"):
+    with pytest.raises(ValueError, match=r"^run/dense/kernel holds nan or inf: training diverged"):
         backup.save()
     assert os.path.getmtime(backup.path) == before  # the last good backup stays
     with pytest.raises(ValueError, match="holds nan or inf"):
