@@ -21,7 +21,7 @@ from keras_bert.heads import SpanLabelerHead
 from keras_bert.spans import SpanWindows
 from keras_bert.pretrained import load_pretrained
 from keras_bert.task import BertTask
-from keras_bert.tokenizer import valid_utf8
+from keras_bert.text_cleaning import valid_utf8
 
 
 @keras.saving.register_keras_serializable(package="keras_bert")

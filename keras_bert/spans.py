@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.preprocessing import BertPreprocessor
-from keras_bert.tokenizer import valid_utf8
+from keras_bert.text_cleaning import valid_utf8
 
 NO_POSITION = -1  # character offset of positions off the passage (a Python int: no tensor at import)
 
