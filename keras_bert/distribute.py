@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 
 import tensorflow as tf
 from absl import logging
@@ -43,6 +44,8 @@ def create_strategy(name, num_cpu_devices=1, tpu_address=None):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         patch_keras_for_multi_worker()
         return strategy
+    if tpu_address and tpu_address.startswith("grpc://"):
+        _check_answers(tpu_address)
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address or "")
     except (ValueError, OSError) as e:  # no local TPU; a name Cloud TPU's metadata lacks
@@ -52,6 +55,20 @@ def create_strategy(name, num_cpu_devices=1, tpu_address=None):
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
+
+
+def _check_answers(address, timeout=10):
+    """Refuses a grpc://host:port TPU address where nothing accepts a connection: TensorFlow
+    would try to connect to it for ever (a process told grpc://localhost:1 still waited after
+    90 s)."""
+    host, _, port = address[len("grpc://"):].rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--strategy=tpu: {address} is not a grpc://host:port address")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ValueError(f"--strategy=tpu: nothing answers at {address} ({e}); check the "
+                         "address, or pass the TPU's name with --tpu") from None  # fmt: skip
 
 
 CPU_INFO = "/proc/cpuinfo"
