@@ -19,7 +19,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from keras_bert import BertClassifier, textfiles
-from tasks import common, driver, run_main, runs, trainer
+from tasks import common, driver, glue_metrics, run_main, runs, trainer
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -32,47 +32,6 @@ flags.DEFINE_bool("tfds", False, "Read glue/<task> from tensorflow-datasets inst
 flags.DEFINE_string("tfds_data_dir", None, "tensorflow-datasets data_dir (prepared locally).")
 flags.DEFINE_string("diagnostic_file", None, "AX diagnostic.tsv, predicted with an MNLI model.")
 flags.adopt_module_key_flags(common)
-
-
-def accuracy(predictions, labels):
-    return float(np.mean(predictions == labels))
-
-
-def f1(predictions, labels):
-    true_positive = np.sum((predictions == 1) & (labels == 1))
-    precision = true_positive / max(np.sum(predictions == 1), 1)
-    recall = true_positive / max(np.sum(labels == 1), 1)
-    return float(2 * precision * recall / max(precision + recall, 1e-12))
-
-
-def matthews(predictions, labels):
-    tp = np.sum((predictions == 1) & (labels == 1))
-    tn = np.sum((predictions == 0) & (labels == 0))
-    fp = np.sum((predictions == 1) & (labels == 0))
-    fn = np.sum((predictions == 0) & (labels == 1))
-    denominator = np.sqrt(float((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)))
-    return float((tp * tn - fp * fn) / denominator) if denominator else 0.0
-
-
-def pearson(x, y):
-    return float(np.corrcoef(x, y)[0, 1])
-
-
-def ranks(values):
-    """Ranks starting at 1; ties share the mean of their ranks (as Spearman's rho needs)."""
-    order = np.argsort(values, kind="mergesort")
-    sorted_values = values[order]
-    result = np.empty(len(values))
-    start = 0
-    for end in range(1, len(values) + 1):
-        if end == len(values) or sorted_values[end] != sorted_values[start]:
-            result[order[start:end]] = (start + end + 1) / 2.0
-            start = end
-    return result
-
-
-def spearman(x, y):
-    return pearson(ranks(np.asarray(x)), ranks(np.asarray(y)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,13 +225,14 @@ def load_splits(task):
 def compute_metrics(task, logits, labels):
     if task.labels is None:
         scores = logits[:, 0]
-        return {"pearson": pearson(scores, labels), "spearman": spearman(scores, labels)}
+        return {"pearson": glue_metrics.pearson(scores, labels),
+                "spearman": glue_metrics.spearman(scores, labels)}  # fmt: skip
     predictions = np.argmax(logits, axis=-1)
-    results = {"accuracy": accuracy(predictions, labels)}
+    results = {"accuracy": glue_metrics.accuracy(predictions, labels)}
     if "f1" in task.metrics:
-        results["f1"] = f1(predictions, labels)
+        results["f1"] = glue_metrics.f1(predictions, labels)
     if "mcc" in task.metrics:
-        results["mcc"] = matthews(predictions, labels)
+        results["mcc"] = glue_metrics.matthews(predictions, labels)
     return results
 
 

@@ -8,7 +8,7 @@ import tensorflow as tf
 from absl import app
 
 import keras_bert
-from tasks import common, glue, trainer
+from tasks import common, glue, glue_metrics, trainer
 
 from conftest import DATA
 
@@ -123,16 +123,16 @@ def test_metrics_on_hand_worked_examples():
     labels = np.array([1, 1, 1, 0, 0, 0, 0, 1])
     predictions = np.array([1, 1, 0, 0, 0, 1, 0, 1])
     # tp=3 tn=3 fp=1 fn=1
-    assert glue.accuracy(predictions, labels) == 0.75
-    assert glue.f1(predictions, labels) == pytest.approx(0.75)  # precision = recall = 3/4
-    assert glue.matthews(predictions, labels) == pytest.approx((9 - 1) / 16)
-    assert glue.matthews(np.ones(4, int), np.array([1, 0, 1, 0])) == 0.0  # undefined -> 0
+    assert glue_metrics.accuracy(predictions, labels) == 0.75
+    assert glue_metrics.f1(predictions, labels) == pytest.approx(0.75)  # precision = recall = 3/4
+    assert glue_metrics.matthews(predictions, labels) == pytest.approx((9 - 1) / 16)
+    assert glue_metrics.matthews(np.ones(4, int), np.array([1, 0, 1, 0])) == 0.0  # undefined -> 0
     x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
-    assert glue.pearson(x, 2 * x + 1) == pytest.approx(1.0)
-    assert glue.spearman(x, x**3) == pytest.approx(1.0)  # monotone, not linear
-    assert glue.ranks(np.array([10.0, 20.0, 20.0, 5.0])).tolist() == [2.0, 3.5, 3.5, 1.0]
+    assert glue_metrics.pearson(x, 2 * x + 1) == pytest.approx(1.0)
+    assert glue_metrics.spearman(x, x**3) == pytest.approx(1.0)  # monotone, not linear
+    assert glue_metrics.ranks(np.array([10.0, 20.0, 20.0, 5.0])).tolist() == [2.0, 3.5, 3.5, 1.0]
     # Spearman with ties: ranks [1, 2.5, 2.5, 4] vs [1, 2, 3, 4] -> r = 0.9486833
-    assert glue.spearman(np.array([1.0, 2, 2, 3]), np.array([1.0, 2, 3, 4])) == pytest.approx(
+    assert glue_metrics.spearman(np.array([1.0, 2, 2, 3]), np.array([1.0, 2, 3, 4])) == pytest.approx(
         0.9486833, abs=1e-6)  # fmt: skip
 
 
