@@ -17,7 +17,6 @@ with the finished run in --output_dir and the settings it was trained with. Ques
 than --max_query_length tokens are cut (as the original does) and counted in the log.
 """
 
-import json
 import math
 import os
 
@@ -25,10 +24,10 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert import BertQuestionAnswerer, textfiles
+from keras_bert import BertQuestionAnswerer
 from keras_bert.batching import without_autotuning
-from tasks import (check_at_least_one, common, driver, run_main, runs, squad_metrics,
-                   trainer)
+from tasks import (check_at_least_one, common, driver, run_main, runs, squad_data,
+                   squad_metrics, trainer)
 
 FLAGS = flags.FLAGS
 # allow_override: tasks.swag and tasks.ner use the same name (tests import them together).
@@ -50,122 +49,6 @@ flags.DEFINE_float("null_score_diff_threshold", 0.0, "SQuAD 2.0: predict no answ
 # by length was never built for them.
 UNUSED_FLAGS = {"bucket_by_length": None}
 common.adopt_flags(__name__, UNUSED_FLAGS)
-
-
-def read_squad(path):
-    """Returns the `data` list of a SQuAD JSON file (articles, paragraphs, questions), each part
-    checked: a fault names the file, the article and the question id."""
-    text = textfiles.read_text(path, "SQuAD JSON file")
-    if not text.strip():
-        raise ValueError(f"{path} is empty; a SQuAD file is a JSON object with a 'data' list")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
-    if not isinstance(data, dict) or "data" not in data:
-        raise ValueError(f"{path} is not SQuAD JSON: it has no top-level 'data' list")
-    data = data["data"]
-    _expect(data, list, f"{path}: 'data'", "a list of articles")
-    for number, article in enumerate(data, start=1):
-        where = f"{path}: article {number}"
-        _expect(article, dict, where, "a JSON object")
-        where += f" ({article.get('title')!r})"
-        _expect(article.get("paragraphs"), list, f"{where}: 'paragraphs'", "a list")
-        for paragraph in article["paragraphs"]:
-            _expect(paragraph, dict, f"{where}: a paragraph", "a JSON object")
-            _expect(paragraph.get("context"), str, f"{where}: a paragraph's 'context'", "a string")
-            _expect(paragraph.get("qas"), list, f"{where}: a paragraph's 'qas'", "a list")
-            for question in paragraph["qas"]:
-                _check_question(question, where)
-    return data
-
-
-def _check_question(question, where):
-    _expect(question, dict, f"{where}: a question", "a JSON object")
-    if not isinstance(question.get("id"), (str, int)):
-        raise ValueError(f"{where}: a question has no 'id'")
-    question["id"] = str(question["id"])
-    where = f"{where}: question {question['id']}"
-    _expect(question.get("question"), str, f"{where}: 'question'", "a string")
-    answers = question.get("answers", [])
-    _expect(answers, list, f"{where}: 'answers'", "a list")
-    for answer in answers:
-        _expect(answer, dict, f"{where}: an answer", "a JSON object with 'text' and 'answer_start'")
-        _expect(answer.get("text"), str, f"{where}: an answer's 'text'", "a string")
-        start = answer.get("answer_start")
-        if isinstance(start, bool) or not isinstance(start, int):
-            raise ValueError(f"{where}: answer_start {start!r} is not a whole number (the "
-                             "character offset of the answer in its context)")  # fmt: skip
-
-
-def _expect(value, kind, where, wanted):
-    if not isinstance(value, kind):
-        raise ValueError(f"{where} is {_describe(value)}, not {wanted}")
-
-
-def _describe(value):
-    if value is None:
-        return "missing"
-    names = {dict: "a JSON object", list: "a list", str: "a string", bool: "true/false"}
-    return names.get(type(value), "a number" if isinstance(value, (int, float)) else "invalid")
-
-
-def questions_of(data, path, training=False, version_2=False):
-    """A Split of questions: texts `question` and `context`; for training, labels int64 (n, 2),
-    each answer's character span [start, end) in its passage, (-1, -1) for no answer."""
-    texts, spans, ids = {"question": [], "context": []}, [], []
-    skipped = {"answer_start does not match the answer text": 0, "empty passage": 0,
-               "empty question": 0}  # fmt: skip
-    seen = set()
-    for article in data:
-        for paragraph in article["paragraphs"]:
-            context = paragraph["context"]
-            for question in paragraph["qas"]:
-                if training:
-                    span = _answer_span(question, context, path, version_2)
-                    reason = ("empty passage" if not context.strip() else
-                              "empty question" if not question["question"].strip() else
-                              None if span else "answer_start does not match the answer text")
-                    if reason:
-                        skipped[reason] += 1
-                        logging.warning("%s: skipping question %s: %s", path, question["id"],
-                                        reason)  # fmt: skip
-                        continue
-                    spans.append(span)
-                if not training and question["id"] in seen:
-                    raise ValueError(f"{path}: question id {question['id']!r} appears more "
-                                     "than once; predictions.json answers by id, so each id "
-                                     "must be unique")  # fmt: skip
-                seen.add(question["id"])
-                texts["question"].append(question["question"])
-                texts["context"].append(context)
-                ids.append(question["id"])
-    for reason, count in skipped.items():
-        if count:
-            logging.warning("%s: skipped %d questions (%s)", path, count, reason)
-    empty_questions = 0 if training else sum(not q.strip() for q in texts["question"])
-    if empty_questions:
-        logging.warning("%s: %d questions are empty; each is answered from its passage "
-                        "alone, as the export answers an empty question", path,
-                        empty_questions)  # fmt: skip
-    if not ids:
-        raise ValueError(f"{path} has no usable questions")
-    labels = np.array(spans, "int64").reshape(-1, 2) if training else None
-    return common.Split(texts, labels, ids)
-
-
-def _answer_span(question, context, path, version_2):
-    """(start, end) of the first answer, (-1, -1) for none, or None if it is misplaced."""
-    if version_2 and question.get("is_impossible", False):
-        return (-1, -1)
-    answers = question.get("answers") or []
-    if not answers:
-        raise ValueError(f"{path}: question {question['id']} has no answer (training needs "
-                         "one; pass --version_2_with_negative for SQuAD 2.0)")  # fmt: skip
-    text, start = answers[0]["text"], answers[0]["answer_start"]
-    if context[start : start + len(text)] != text or not text.strip():
-        return None
-    return (start, start + len(text))
 
 
 def pairs(split, training=False):
@@ -280,14 +163,16 @@ class SquadBinary(driver.TaskBinary):
     def prepare(self):
         self.dev = self.dev_data = None
         if FLAGS.predict_file:
-            self.dev_data = read_squad(FLAGS.predict_file)
-            self.dev = questions_of(self.dev_data, FLAGS.predict_file).head(FLAGS.max_eval_examples)
+            self.dev_data = squad_data.read_squad(FLAGS.predict_file)
+            self.dev = squad_data.questions_of(self.dev_data, FLAGS.predict_file).head(
+                FLAGS.max_eval_examples)
 
     def read_training(self):
         if not FLAGS.train_file:
             raise app.UsageError("pass --train_file, or --nodo_train")
-        split = questions_of(read_squad(FLAGS.train_file), FLAGS.train_file, training=True,
-                             version_2=FLAGS.version_2_with_negative)  # fmt: skip
+        data = squad_data.read_squad(FLAGS.train_file)
+        split = squad_data.questions_of(data, FLAGS.train_file, training=True,
+                                        version_2=FLAGS.version_2_with_negative)  # fmt: skip
         return split.head(FLAGS.max_train_examples)
 
     def build_model(self, training):

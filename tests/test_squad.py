@@ -10,7 +10,7 @@ from conftest import DATA, run_with_flags, served_in_clean_process
 from exports import export
 from keras_bert import BertQuestionAnswerer
 from keras_bert.tokenizer import BertTokenizer
-from tasks import squad, squad_metrics
+from tasks import squad, squad_data, squad_metrics
 from keras_bert.spans import SpanWindows
 
 SQUAD = os.path.join(DATA, "squad")
@@ -185,7 +185,7 @@ def test_misplaced_answers_and_empty_passages_are_skipped_and_counted(tmp_path, 
         {"context": "A dog ran.", "qas": [dict(qa(5, 2, "dog"), question=" ")]}]}]  # fmt: skip
     path = write_json(tmp_path / "train.json", {"data": data})
     with caplog.at_level(logging.WARNING):
-        split = squad.questions_of(squad.read_squad(path), path, training=True)
+        split = squad_data.questions_of(squad_data.read_squad(path), path, training=True)
     assert split.ids == ["q1", "q3"]
     assert split.labels.tolist() == [[4, 7], [0, 3]]
     assert "skipped 1 questions (answer_start does not match the answer text)" in caplog.text
@@ -196,34 +196,35 @@ def test_misplaced_answers_and_empty_passages_are_skipped_and_counted(tmp_path, 
     # question an answer from its passage alone, and is counted.
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        ids = squad.questions_of(squad.read_squad(path), path).ids
+        ids = squad_data.questions_of(squad_data.read_squad(path), path).ids
     assert ids == ["q1", "q2", "q3", "q4", "q5"]
     assert "1 questions are empty; each is answered from its passage alone" in caplog.text
     # predictions.json answers by id: a repeated id would score one answer twice.
     data[0]["paragraphs"][1]["qas"].append(qa(1, 0, "x"))
     path = write_json(tmp_path / "dev.json", {"data": data})
     with pytest.raises(ValueError, match=r"dev\.json: question id 'q1' appears more than once"):
-        squad.questions_of(squad.read_squad(path), path)
-    assert squad.questions_of(squad.read_squad(path), path, training=True).ids == ["q1", "q3"]
+        squad_data.questions_of(squad_data.read_squad(path), path)
+    training = squad_data.questions_of(squad_data.read_squad(path), path, training=True)
+    assert training.ids == ["q1", "q3"]
 
 
 def test_bad_squad_files_are_refused_with_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.json"):
-        squad.read_squad(str(tmp_path / "missing.json"))
+        squad_data.read_squad(str(tmp_path / "missing.json"))
     bad = tmp_path / "bad.json"
     bad.write_text('{"data": [\n{"title": }]}')
     with pytest.raises(ValueError, match=r"bad.json:2: not valid JSON"):
-        squad.read_squad(str(bad))
+        squad_data.read_squad(str(bad))
     with pytest.raises(ValueError, match="no top-level 'data'"):
-        squad.read_squad(write_json(tmp_path / "other.json", [1, 2]))
+        squad_data.read_squad(write_json(tmp_path / "other.json", [1, 2]))
     no_answer = {"data": [{"paragraphs": [{"context": "x", "qas": [
         {"id": "q", "question": "?", "answers": []}]}]}]}  # fmt: skip
     path = write_json(tmp_path / "v1.json", no_answer)
     with pytest.raises(ValueError, match="question q has no answer"):
-        squad.questions_of(squad.read_squad(path), path, training=True)
+        squad_data.questions_of(squad_data.read_squad(path), path, training=True)
     (tmp_path / "latin1.json").write_bytes('{"data": ["café"]}'.encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin1.json:1: byte 15 of the line \(0xe9\) is not valid"):
-        squad.read_squad(str(tmp_path / "latin1.json"))
+        squad_data.read_squad(str(tmp_path / "latin1.json"))
 
 
 SMALL = dict(max_seq_length=64, max_query_length=16, doc_stride=24, num_train_epochs=1.0,
@@ -249,7 +250,7 @@ def test_squad_v2_writes_prediction_files_that_reproduce_its_scores(squad_v2_run
     run_dir, scores = squad_v2_run
     predictions, nbest = read(run_dir, "predictions.json"), read(run_dir, "nbest_predictions.json")
     null_odds = read(run_dir, "null_odds.json")
-    data = squad.read_squad(os.path.join(SQUAD, "dev-v2.0.json"))
+    data = squad_data.read_squad(os.path.join(SQUAD, "dev-v2.0.json"))
     assert (
         set(predictions)
         == set(nbest)
@@ -292,7 +293,7 @@ def test_nodo_train_predicts_with_the_runs_own_settings(squad_v2_run, tmp_path):
 def test_squad_export_serves_the_python_answers(squad_v2_run, tmp_path):
     run_dir, _ = squad_v2_run
     path = export.export_run(run_dir, str(tmp_path / "exported"))
-    data = squad.read_squad(os.path.join(SQUAD, "dev-v2.0.json"))
+    data = squad_data.read_squad(os.path.join(SQUAD, "dev-v2.0.json"))
     questions = [(q["id"], q["question"], p["context"]) for a in data for p in a["paragraphs"]
                  for q in p["qas"]]  # fmt: skip
     body = (
@@ -355,7 +356,7 @@ def test_squad_binary_learns_its_training_questions(tmp_path, tiny_checkpoint):
     # random encoder memorises their spans (measured F1 88.6), which it cannot with its labels
     # shuffled or its head cut off from the loss.
     dev = os.path.join(SQUAD, "dev-v1.1.json")
-    data = squad.read_squad(dev)
+    data = squad_data.read_squad(dev)
     (tmp_path / "train.json").write_text(json.dumps({"version": "1.1", "data": data * 8}),
                                          encoding="utf-8")  # fmt: skip
     scores = run_with_flags(squad.run, train_file=str(tmp_path / "train.json"), predict_file=dev,
