@@ -29,6 +29,7 @@ from keras_bert import (
     pretraining,
 )
 from keras_bert.batching import without_autotuning
+from keras_bert.pretrained import check_sequence_length
 from keras_bert.vocabulary import read_vocabulary
 from tasks import check_at_least_one, common, pretraining_text, run_main, runs, trainer
 
@@ -195,6 +196,42 @@ def build_pretrainer():
     return BertPretrainer(BertEncoder(**config.to_dict()), preprocessor)
 
 
+def training_files():
+    """The files to train on, and for record files their record_shape (every file checked).
+    The records' sequence length is the run's: --max_seq_length takes it, and one given
+    otherwise is refused."""
+    if FLAGS.text_file:
+        files, shape = pretraining_text.input_files(FLAGS.text_file, "--text_file"), None
+    else:
+        files = pretraining_text.input_files(FLAGS.input_file)
+        shape = record_shape(files)
+        if shape[0] != FLAGS.max_seq_length and FLAGS["max_seq_length"].present:
+            raise app.UsageError(f"--input_file holds instances of {shape[0]} tokens, but "
+                                 f"--max_seq_length is {FLAGS.max_seq_length}: pass "
+                                 f"--max_seq_length={shape[0]}, or leave it out")  # fmt: skip
+        FLAGS.max_seq_length = shape[0]
+    check_length_fits(shape)
+    return files, shape
+
+
+def check_length_fits(shape):
+    """Refuses a sequence length the model has no position embeddings for, naming where the
+    length came from: --max_seq_length, or the --input_file records (`shape`)."""
+    if FLAGS.init_checkpoint:
+        config, whose = checkpoints.read_config(FLAGS.init_checkpoint), "the checkpoint's"
+    elif FLAGS.bert_config_file:
+        config, whose = BertConfig.from_json_file(FLAGS.bert_config_file), "--bert_config_file's"
+    else:
+        return  # build_pretrainer says what to pass
+    positions = config.max_position_embeddings
+    if shape and shape[0] > positions:
+        raise app.UsageError(f"--input_file holds instances of {shape[0]} tokens, more than "
+                             f"{whose} max_position_embeddings={positions}: make them with "
+                             f"tasks.create_pretraining_data --max_seq_length={positions} or "
+                             "less")  # fmt: skip
+    check_sequence_length(FLAGS.max_seq_length, config, "--max_seq_length")
+
+
 def create_optimizer():
     schedule = optimization.WarmupLinearDecay(FLAGS.learning_rate, FLAGS.num_train_steps,
                                               warmup_steps())  # fmt: skip
@@ -253,9 +290,8 @@ def main(argv):
     output_dir = FLAGS.output_dir or os.path.join("runs", "pretrain")
     strategy = trainer.create_strategy()
     target = trainer.run_dir_of(strategy, output_dir)
+    data, shape = training_files()  # after the strategy: reading records starts TensorFlow
     settings = runs.settings_of(FLAGS, "pretrain")
-    data = (pretraining_text.input_files(FLAGS.input_file) if FLAGS.input_file else
-            pretraining_text.input_files(FLAGS.text_file, "--text_file"))  # fmt: skip
     settings["training_data_sha256"] = runs.data_digest(data)  # edited data is not resumed on
     state = runs.claim(target, settings, FLAGS.overwrite_output_dir,
                        finished=os.path.join(checkpoints.HUGGING_FACE, "config.json"))  # fmt: skip
@@ -266,7 +302,7 @@ def main(argv):
     with strategy.scope():
         model = build_pretrainer()
         model.compile(create_optimizer())  # the model's losses and weighted accuracies
-    dataset = training_dataset(examples_of(strategy, model, data))
+    dataset = training_dataset(examples_of(strategy, model, data, shape))
     # Backups every --save_checkpoints_steps (else --steps_per_loop) optimizer steps; a resumed
     # run goes on from the batch its backup stopped at and ends at --num_train_steps.
     accumulation = FLAGS.gradient_accumulation_steps
@@ -279,14 +315,14 @@ def main(argv):
     logging.info("final metrics: %s", {k: v[-1] for k, v in history.items()})
 
 
-def examples_of(strategy, model, files):
-    """Pre-training instances: from record `files` (--input_file), or built on the fly from
-    text `files` (--text_file): those whose content the run recorded."""
+def examples_of(strategy, model, files, shape=None):
+    """Pre-training instances: from record `files` (--input_file; `shape`, their record_shape),
+    or built on the fly from text `files` (--text_file): those whose content the run recorded."""
     # Workers split the record files between them when there are enough; otherwise each
     # reads everything and keeps its share of the examples.
     sharding = tf.data.experimental.AutoShardPolicy.DATA
     if FLAGS.input_file:
-        examples = record_dataset(files, *record_shape(files))
+        examples = record_dataset(files, *shape)
         if len(files) >= strategy.num_replicas_in_sync:
             sharding = tf.data.experimental.AutoShardPolicy.FILE
     else:

@@ -103,6 +103,26 @@ def test_training_batches_run_without_tf_data_autotuning(pretraining_data, flags
     assert y["next_sentence"].shape == weights["next_sentence"].shape == (4,)
 
 
+def test_records_set_the_sequence_length_and_must_fit_the_model(tmp_path, pretraining_data,
+                                                               minilm_dir):
+    # The records' 64 tokens are the run's length: a --max_seq_length that differs, or a model
+    # with fewer positions, is refused before anything trains, naming where the length came from.
+    for extra, message in [
+        (["--max_seq_length=32"],
+         "error: --input_file holds instances of 64 tokens, but --max_seq_length is 32: pass "
+         "--max_seq_length=64, or leave it out"),
+        ([f"--bert_config_file={tmp_path / 'short.json'}"],
+         "error: --input_file holds instances of 64 tokens, more than --bert_config_file's "
+         "max_position_embeddings=32: make them with tasks.create_pretraining_data "
+         "--max_seq_length=32 or less"),
+    ]:  # fmt: skip
+        (tmp_path / "short.json").write_text(json.dumps({**CONFIG, "max_position_embeddings": 32}))
+        result = subprocess.run(pretrain_command(pretraining_data, minilm_dir, tmp_path / "run",
+                                                 *extra), cwd=ROOT, capture_output=True,
+                                text=True, timeout=300)  # fmt: skip
+        assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == message
+
+
 def test_record_files_that_do_not_fit_are_refused_before_training(tmp_path, pretraining_data):
     import tensorflow as tf
 
@@ -216,7 +236,8 @@ def test_too_little_text_and_too_much_warmup_are_one_line_errors(tmp_path, minil
     base = [sys.executable, "-m", "tasks.pretrain", f"--text_file={tmp_path / 'one.txt'}",
             f"--bert_config_file={tmp_path / 'bert_config.json'}",
             f"--vocab_file={os.path.join(minilm_dir, 'vocab.txt')}",
-            f"--output_dir={tmp_path / 'out'}", "--num_train_steps=20"]  # fmt: skip
+            f"--output_dir={tmp_path / 'out'}", "--num_train_steps=20",
+            "--max_seq_length=64"]  # fmt: skip
     for extra, message in (
         ([], f"error: --text_file={tmp_path / 'one.txt'} makes no pre-training pair"),
         (["--num_warmup_steps=50"], "error: --num_warmup_steps gives 50 warmup steps, but the "
