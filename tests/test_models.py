@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 import zipfile
 
 import keras
@@ -15,7 +14,6 @@ import tensorflow as tf
 from conftest import graph_float_bytes, served_in_clean_process
 
 import keras_bert
-from keras_bert.encoder import INPUT_NAMES
 
 SENTENCES = ["a gripping , moving film", "dull and far too long", "a delight", "tedious mess"]
 LABELS = [1, 0, 1, 0]
@@ -419,151 +417,6 @@ def test_multiple_choice_learns_and_reloads(tiny_checkpoint, tmp_path):
     reloaded = keras.saving.load_model(str(tmp_path / "swag.keras"))
     np.testing.assert_allclose(reloaded.predict((contexts[:3], endings[:3]), verbose=0),
                                model.predict((contexts[:3], endings[:3]), verbose=0), atol=1e-5)
-
-
-PASSAGE = "The Normans gave their name to Normandy, a region in France, in the 10th century."
-QUESTIONS = ["Who gave their name to Normandy?", "Where is Normandy?", "When?"]
-ANSWERS = ["The Normans", "France", "the 10th century"]
-
-
-def test_question_answerer_learns_spans_and_reloads(tiny_checkpoint, tmp_path):
-    model = keras_bert.BertQuestionAnswerer.from_checkpoint(
-        tiny_checkpoint, sequence_length=32, max_query_length=12, doc_stride=8)
-    starts = [PASSAGE.index(a) for a in ANSWERS]
-    ends = [s + len(a) for s, a in zip(starts, ANSWERS)]
-    model.compile(learning_rate=1e-2)
-    model.fit((QUESTIONS * 4, [PASSAGE] * 12), (starts * 4, ends * 4), batch_size=8, epochs=25,
-              verbose=0)  # fmt: skip
-    result = model.predict((QUESTIONS, [PASSAGE] * 3), verbose=0)
-    # A 2-layer, 12-wide random encoder learns the starts; most ends too (chance: ~1 in 300).
-    assert result["start"].tolist() == starts
-    assert sum(a == b for a, b in zip(result["answer"].tolist(), ANSWERS)) >= 2
-    assert [PASSAGE[s:e] for s, e in zip(result["start"], result["end"])] == result["answer"].tolist()
-    model.save(str(tmp_path / "qa.keras"))
-    reloaded = keras.saving.load_model(str(tmp_path / "qa.keras"))
-    assert reloaded.preprocessor.doc_stride == 8
-    again = reloaded.predict((QUESTIONS, [PASSAGE] * 3), verbose=0)
-    assert again["answer"].tolist() == result["answer"].tolist()
-    assert not result["passage_cut"].any()
-
-
-def test_question_answerer_refuses_answers_outside_their_passage(tiny_checkpoint):
-    """A span past the passage's end, ending before it starts, empty or starting below -1
-    was trained on as whatever windowing made of it; now one line names the example (in
-    memory), or the graph stops (a Dataset). Start -1 (no answer) and an answer ending at
-    the passage's last character are taken."""
-    model = keras_bert.BertQuestionAnswerer.from_checkpoint(
-        tiny_checkpoint, sequence_length=32, max_query_length=12, doc_stride=8)
-    model.compile()
-    x = (QUESTIONS[:2], [PASSAGE, "Bob ran"])
-    for starts, ends in [([0, 0], [11, 50]), ([0, 4], [11, 2]), ([0, 3], [11, 3]),
-                         ([0, -2], [11, 2])]:  # fmt: skip
-        with pytest.raises(ValueError, match=rf"example 1: the answer \[{starts[1]}, "
-                                             rf"{ends[1]}\) is not within its passage of 7 "
-                                             "characters"):  # fmt: skip
-            model.fit(x, (starts, ends), verbose=0)
-    model.fit(x, ([-1, 0], [-1, 7]), verbose=0)
-    # A question's sample weight goes to each of its windows (it raised TypeError before).
-    spans = ([0, 0], [11, 7])
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", message="Your input ran out of data")
-        plain = model.evaluate(x, spans, verbose=0)
-    assert model.evaluate(x, spans, sample_weight=[1.0, 1.0], verbose=0) == plain
-    assert model.evaluate(x, spans, sample_weight=[0.0, 0.0], verbose=0)[0] == 0
-    dataset = tf.data.Dataset.from_tensor_slices((x, ([0, 0], [11, 50]))).batch(2)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="not within its passage"):
-        model.fit(dataset, verbose=0)
-
-
-def test_a_windows_span_loss_does_not_depend_on_its_batchs_padding(tiny_checkpoint):
-    model = keras_bert.BertQuestionAnswerer.from_checkpoint(tiny_checkpoint, sequence_length=48,
-                                                            max_query_length=12)  # fmt: skip
-    start = PASSAGE.index(ANSWERS[0])
-    windows = model.preprocessor.windows(
-        tf.constant(QUESTIONS[:2]), tf.constant(["a short one .", PASSAGE]),
-        tf.constant([-1, start], tf.int64), tf.constant([-1, start + len(ANSWERS[0])], tf.int64))
-    x = {n: windows[n] for n in INPUT_NAMES}
-    length = int(x["input_mask"][0].numpy().sum())
-    assert length < x["input_mask"].shape[1]  # the short window is padded in the batch
-
-    def losses(inputs, rows):
-        logits = model(inputs)
-        return [keras.losses.sparse_categorical_crossentropy(
-            windows[f"{side}_positions"][rows], logits[f"{side}_logits"], from_logits=True
-        ).numpy() for side in ("start", "end")]  # fmt: skip
-
-    padded = losses(x, slice(0, 2))
-    alone = losses(tf.nest.map_structure(lambda t: t[:1, :length], x), slice(0, 1))
-    # Padding's logits used to add to the softmax's sum: 3.19 padded against 2.59 alone.
-    for side_padded, side_alone in zip(padded, alone):
-        np.testing.assert_allclose(side_padded[:1], side_alone, rtol=1e-6)
-
-
-def test_span_and_tag_models_leave_the_pooler_out_of_training(tiny_checkpoint, classifier):
-    model = keras_bert.BertQuestionAnswerer.from_checkpoint(
-        tiny_checkpoint, sequence_length=32, max_query_length=12, doc_stride=8)
-    pooler = [w.path for w in model.encoder.pooler.weights]
-    assert len(pooler) == 2 and not set(pooler) & {w.path for w in model.trainable_weights}
-    assert set(pooler) <= {w.path for w in classifier.trainable_weights}
-    before = model.encoder.pooler.get_weights()
-    starts = [PASSAGE.index(a) for a in ANSWERS]
-    model.compile(learning_rate=1e-2)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        model.fit((QUESTIONS, [PASSAGE] * 3), (starts, [s + 1 for s in starts]), verbose=0)
-    # Keras warned "Gradients do not exist for variables ['pooler/dense/kernel', ...]".
-    assert not [w for w in caught if "Gradients do not exist" in str(w.message)]
-    for old, new in zip(before, model.encoder.pooler.get_weights()):
-        np.testing.assert_array_equal(old, new)
-    assert len(model.weights) == len(model.trainable_weights) + len(pooler)
-
-
-def test_question_answerer_bounds_the_windows_of_a_long_passage(tiny_checkpoint):
-    model = keras_bert.BertQuestionAnswerer.from_checkpoint(
-        tiny_checkpoint, sequence_length=32, max_query_length=12, doc_stride=8, max_windows=3)
-    long = " ".join(f"word{i}" for i in range(2000))  # about 6,000 pieces: 700+ windows
-    windows = model.preprocessor.windows(tf.constant(["q", "q"]), tf.constant([long, "short"]))
-    assert windows["example"].numpy().tolist() == [0, 0, 0, 1]
-    assert windows["passage_cut"].numpy().tolist() == [True, False]
-    result = model.predict((["where?", "where?"], [long, "a short passage"]), verbose=0)
-    assert result["passage_cut"].tolist() == [True, False]
-    first_windows = long[: int(result["candidates"]["char_ends"].max()) + 1]
-    assert result["answer"][0] in first_windows  # an answer from what was read
-    assert model.preprocessor.get_config()["max_windows"] == 3
-
-
-def test_token_classifier_learns_entities_and_refuses_unknown_tags(tiny_checkpoint, tmp_path):
-    tags = ["O", "B-PER", "I-PER", "B-LOC"]
-    model = keras_bert.BertTokenClassifier.from_checkpoint(tiny_checkpoint, tags,
-                                                           sequence_length=24)  # fmt: skip
-    sentences = ["hello world the cat sat", "the dog sat on the mat"] * 8
-    word_tags = [["O", "B-LOC", "O", "B-PER", "O"], ["O", "B-PER", "O", "O", "O", "B-LOC"]] * 8
-    model.compile(learning_rate=1e-2)
-    model.fit(sentences, word_tags, batch_size=8, epochs=15, verbose=0)
-    result = model.predict(sentences[:2], verbose=0)
-    assert result["word_tags"] == word_tags[:2]
-    # A second predict (as a dev callback's, each epoch) runs the graph the first one traced.
-    assert model.predict(sentences[:2], verbose=0) == result
-    # ... and any batch size: batches of 2 then 1.
-    assert model.predict(sentences[:3], batch_size=2, verbose=0)["word_tags"] == word_tags[:3]
-    assert model.traced(model.tag).function.experimental_get_tracing_count() == 1
-    assert result["entities"][0] == [{"text": "world", "type": "LOC", "start": 6, "end": 11},
-                                     {"text": "cat", "type": "PER", "start": 16, "end": 19}]  # fmt: skip
-    with pytest.raises(ValueError, match="tag 'B-ORG' is not one of the model's tags"):
-        model.fit(sentences[:1], [["B-ORG", "O", "O", "O", "O"]], verbose=0)
-    # Tags not one per word (words split at white space): in memory one line, a Dataset's in
-    # the graph. More tags than words used to be dropped, silently.
-    for tags, message in [(["O"] * 6, "example 0: 6 tags for 5 words"),
-                          (["O"] * 4, "example 0: 4 tags for 5 words")]:  # fmt: skip
-        with pytest.raises(ValueError, match=message):
-            model.fit(sentences[:2], [tags, word_tags[1]], verbose=0)
-        dataset = tf.data.Dataset.from_tensor_slices(
-            (sentences[:1], model.tag_ids([tags]))).batch(1)
-        with pytest.raises(tf.errors.InvalidArgumentError, match="not one per word"):
-            model.fit(dataset, verbose=0)
-    model.save(str(tmp_path / "ner.keras"))
-    reloaded = keras.saving.load_model(str(tmp_path / "ner.keras"))
-    assert reloaded.predict(sentences[:2], verbose=0) == result
 
 
 def test_export_computes_in_the_precision_asked_not_the_one_it_trained_in(tiny_checkpoint,
