@@ -233,7 +233,8 @@ def check_flags():
 
 def extract(extractor, total, done, keep, wanted):
     """Encodes the texts after the first `done` into <output_file>.partial (cut to `keep`
-    bytes first), recording progress after each batch; returns (texts truncated, tokens/s)."""
+    bytes first), recording progress after each batch; returns (texts truncated, tokens/s).
+    Refuses to go on when the file read is not the one `wanted` records."""
     partial, state_path = FLAGS.output_file + ".partial", FLAGS.output_file + ".progress.json"
     bar = keras.utils.Progbar(total, unit_name="text") if progress.on_a_terminal() else None
     if bar and done:
@@ -241,7 +242,8 @@ def extract(extractor, total, done, keep, wanted):
     truncated, tokens, start, last_log = 0, 0, time.perf_counter(), time.perf_counter()
     with open(partial, "ab") as out:
         out.truncate(keep)
-        lines = read_lines(FLAGS.input_file)
+        digest = hashlib.sha256()  # of what this pass reads: the file may change meanwhile
+        lines = read_lines(FLAGS.input_file, digest)
         for _ in range(done):
             next(lines)
         batch = []
@@ -269,6 +271,11 @@ def extract(extractor, total, done, keep, wanted):
             elif now - last_log > 30 or done == total:
                 logging.info("%d/%d texts, %.0f tokens/s", done, total, tokens / (now - start))
                 last_log = now
+    digest.update(b"\0")  # as scan() ends it
+    if digest.hexdigest() != wanted["input_sha256"]:
+        raise ValueError(f"--input_file={FLAGS.input_file} changed while it was read (it is not "
+                         "what was checked before the run), so no output is written; pass "
+                         "--overwrite to start again")  # fmt: skip
     return truncated, tokens / max(time.perf_counter() - start, 1e-9)
 
 

@@ -35,6 +35,22 @@ runpy.run_module("tasks.extract_features", run_name="__main__")
 """
 
 
+# The binary with runs.write_json wrapped: after the first batch is recorded, a line is added to
+# the input file, as another program writing to it would.
+GROW_AFTER_ONE_BATCH = """
+import runpy, sys
+from tasks import runs
+write_json = runs.write_json
+def growing_write_json(path, value):
+    write_json(path, value)
+    if value["done"] == 2:
+        with open(sys.argv[1].split("=", 1)[1], "a", encoding="utf-8") as f:
+            f.write("a text added while the run read the file\\n")
+runs.write_json = growing_write_json
+sys.argv = ["extract_features", *sys.argv[1:]]
+runpy.run_module("tasks.extract_features", run_name="__main__")
+"""
+
 @pytest.fixture
 def input_file(tmp_path):
     path = tmp_path / "texts.txt"
@@ -98,6 +114,18 @@ def test_vectors_per_text_in_input_order(tmp_path, input_file, minilm_dir):
         assert vectors.dtype == np.float32
         np.testing.assert_allclose(vectors, [vector(o) for _, o in expected], atol=2e-5)
     assert np.load(str(tmp_path / "concat_last4.npy")).shape == (len(TEXTS), 4 * 384)
+
+
+def test_an_input_file_changed_during_the_run_writes_no_output(tmp_path, input_file,
+                                                               tiny_checkpoint):
+    output = str(tmp_path / "out.jsonl")
+    result = extract(f"--input_file={input_file}", f"--output_file={output}", "--layers=-1",
+                     f"--init_checkpoint={tiny_checkpoint}", "--max_seq_length=32",
+                     "--batch_size=2", prefix=("-c", GROW_AFTER_ONE_BATCH), expect=1)  # fmt: skip
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: --input_file={input_file} changed while it was read (it is not what was "
+        "checked before the run), so no output is written; pass --overwrite to start again")
+    assert not os.path.exists(output)
 
 
 def test_one_pass_checks_counts_and_digests_the_input(input_file):
