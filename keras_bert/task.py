@@ -15,7 +15,7 @@ import warnings
 import keras
 import tensorflow as tf
 
-from keras_bert import batching, optimization, serving
+from keras_bert import batching, distribute, optimization, serving
 from keras_bert.column_parts import check_column_parts, serving_column_parts
 from keras_bert.encoder import INPUT_NAMES
 
@@ -146,7 +146,8 @@ class BertTask(keras.Model):
         if getattr(self, "_recipe", None) is not None:
             steps = steps_per_epoch or int(dataset.cardinality())
             (recipe, compile_kwargs), self._recipe = self._recipe, None
-            super().compile(optimizer=recipe.optimizer(steps * epochs), **compile_kwargs)
+            with self.distribute_strategy.scope():  # the one the model was made under, if any
+                super().compile(optimizer=recipe.optimizer(steps * epochs), **compile_kwargs)
         if validation_data is not None:
             validation_data = self.make_dataset(
                 *keras.utils.unpack_x_y_sample_weight(validation_data), batch_size=batch_size)
@@ -162,7 +163,14 @@ class BertTask(keras.Model):
         the first trace of the step creates them, and tf.function then traces the step a
         second time, free of variable creation. On MiniLM that second trace cost 15 s of a
         43 s first `fit` call (2 AVX2 cores). `_symbolic_build` is the method Keras's own
-        strategy path calls (keras_bert.distribute patches the same internals)."""
+        strategy path calls (keras_bert.distribute patches the same internals).
+
+        Under a strategy of several replicas, Keras's build from the first batch fails when the
+        replicas' shares of it differ in size; `distribute.build_from_one_replica` mends that
+        for a strategy the caller made too, not only for one of `distribute.create_strategy`."""
+        strategy = getattr(self, "_distribute_strategy", None)
+        if strategy is not None and strategy.num_replicas_in_sync > 1:
+            distribute.build_from_one_replica()
         if getattr(self, "_distribute_strategy", True) is None and hasattr(self, "_symbolic_build"):
             self._symbolic_build(data_batch=dataset.element_spec)
 

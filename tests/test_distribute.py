@@ -58,6 +58,29 @@ def test_mirrored_over_two_logical_cpus(tmp_path, tiny_checkpoint):
     assert json.loads((tmp_path / "metrics.json").read_text())[0]["epoch"] == 1
 
 
+# A task model made under a MirroredStrategy the caller built (not distribute.create_strategy),
+# fitted on batches of 3 that two replicas share as 2 and 1.
+_MIRRORED_BY_HAND = """
+import sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras_bert
+strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
+with strategy.scope():
+    model = keras_bert.BertClassifier.from_checkpoint(sys.argv[1], sequence_length=16)
+    model.compile()
+model.fit(["a good film", "a dull film", "fine"], [1, 0, 1], batch_size=3, verbose=0)
+print("replicas", strategy.num_replicas_in_sync)
+"""
+
+
+@pytest.mark.slow
+def test_a_task_model_fits_uneven_shares_under_a_strategy_made_by_hand(tiny_checkpoint):
+    result = run([sys.executable, "-c", _MIRRORED_BY_HAND, tiny_checkpoint])
+    assert result.stdout.strip().splitlines()[-1] == "replicas 2"
+
+
 @pytest.mark.slow
 def test_two_workers_end_with_identical_weights(tmp_path, tiny_checkpoint):
     ports = free_ports(2)
