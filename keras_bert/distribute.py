@@ -34,7 +34,6 @@ def create_strategy(name, num_cpu_devices=1, tpu_address=None):
     if name == "mirrored":
         devices = [d.name for d in tf.config.list_logical_devices("GPU")]
         devices = devices or [d.name for d in tf.config.list_logical_devices("CPU")]
-        build_from_one_replica()
         return tf.distribute.MirroredStrategy(devices)
     if name == "multi_worker":
         if "TF_CONFIG" not in os.environ:
@@ -157,7 +156,9 @@ def build_from_one_replica():
         on 2 replicas, or less data than one batch): TensorFlow's AddN refuses to add a (2, 16)
         and a (1, 16) batch of token ids.
     The batch only supplies shapes and dtypes, so one replica's share does as well. Installed
-    once (it replaces a method of Keras's trainer), when create_strategy makes either strategy.
+    once (it replaces a method of Keras's trainer): by a task model fitted or evaluated under a
+    strategy of several replicas (BertTask), whoever made the strategy, and by
+    `patch_keras_for_multi_worker`.
     """
     from keras.src.backend.tensorflow import trainer
 

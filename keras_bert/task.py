@@ -166,8 +166,8 @@ class BertTask(keras.Model):
         strategy path calls (keras_bert.distribute patches the same internals).
 
         Under a strategy of several replicas, Keras's build from the first batch fails when the
-        replicas' shares of it differ in size; `distribute.build_from_one_replica` mends that
-        for a strategy the caller made too, not only for one of `distribute.create_strategy`."""
+        replicas' shares of it differ in size; `distribute.build_from_one_replica` mends that,
+        whoever made the strategy (this is where it is installed for MirroredStrategy)."""
         strategy = getattr(self, "_distribute_strategy", None)
         if strategy is not None and strategy.num_replicas_in_sync > 1:
             distribute.build_from_one_replica()
