@@ -80,8 +80,7 @@ def scan(path):
     (`runs.data_digest`'s, from the same bytes)."""
     digest = hashlib.sha256()
     count = sum(1 for _ in read_lines(path, digest))
-    digest.update(b"\0")  # runs.data_digest ends each file so
-    return count, digest.hexdigest()
+    return count, runs.finish_digest(digest)
 
 
 def parse_layers(spec, num_layers):
@@ -271,8 +270,7 @@ def extract(extractor, total, done, keep, wanted):
             elif now - last_log > 30 or done == total:
                 logging.info("%d/%d texts, %.0f tokens/s", done, total, tokens / (now - start))
                 last_log = now
-    digest.update(b"\0")  # as scan() ends it
-    if digest.hexdigest() != wanted["input_sha256"]:
+    if runs.finish_digest(digest) != wanted["input_sha256"]:
         raise ValueError(f"--input_file={FLAGS.input_file} changed while it was read (it is not "
                          "what was checked before the run), so no output is written; pass "
                          "--overwrite to start again")  # fmt: skip

@@ -72,6 +72,18 @@ def settings_of(flag_values, task):
     return json.loads(json.dumps(values, default=str))
 
 
+# What a data digest adds after each file's bytes, so that moving bytes from one file to the
+# next changes it.
+FILE_END = b"\0"
+
+
+def finish_digest(digest):
+    """The hex digest of one file's bytes fed to `digest` (hashlib.sha256()): `data_digest`'s
+    for that file alone."""
+    digest.update(FILE_END)
+    return digest.hexdigest()
+
+
 def data_digest(paths):
     """The SHA-256 of the files' contents, in order: what a run records of its training data,
     so that data edited since is not trained on further, nor a finished run reused as if
@@ -81,7 +93,7 @@ def data_digest(paths):
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
-        digest.update(b"\0")
+        digest.update(FILE_END)
     return digest.hexdigest()
 
 
