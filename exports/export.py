@@ -70,6 +70,10 @@ def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, ma
         except ValueError as e:
             raise app.UsageError(f"--column_parts={column_parts}: {e}") from None
     model_name = model_name or model.name
+    target = os.path.join(export_dir, model_name, str(version))
+    if version is not None and os.path.exists(target):
+        raise app.UsageError(f"--version={version}: {target} exists; pick another, or leave "
+                             "--version out (one more than the newest)")  # fmt: skip
     logging.info("exporting in %s (the run computed in %s)", precision,
                  model.encoder.policy.compute_dtype)  # fmt: skip
     model = model.with_precision(precision, for_inference=True)  # the hub layout's encoder too

@@ -177,7 +177,8 @@ def save_versioned(module, signatures, model_dir, warmup=None, version=None, opt
                          f"largest), got {version!r}")  # fmt: skip
     final = os.path.join(model_dir, str(version))
     if os.path.exists(final):
-        raise FileExistsError(f"{final} exists; pick another --version")
+        raise FileExistsError(f"{final} exists; pick another version, or leave it out (one more "
+                              "than the newest)")
     tmp = os.path.join(model_dir, f".tmp-{version}-{int(time.time())}")
     try:
         save_checked(module, tmp, signatures, text_requests(warmup or []), options)
