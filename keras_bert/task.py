@@ -113,16 +113,23 @@ class BertTask(keras.Model):
         embeddings' by `layer_decay ** (num_layers + 1)` (optimization.AdamW)."""
         loss = self.default_loss() if loss == "auto" else loss
         metrics = self.default_metrics() if metrics == "auto" else metrics
-        self._recipe = None  # (optimization.Recipe, compile's other arguments) until fit
+        self._pend_recipe(None)
         if optimizer == "auto":
             recipe = optimization.Recipe(learning_rate, warmup_proportion, weight_decay, clipnorm,
                                          layer_decay)  # fmt: skip
             if total_steps:
                 optimizer = recipe.optimizer(total_steps)
             else:
-                self._recipe = recipe, dict(loss=loss, metrics=metrics, **kwargs)
+                self._pend_recipe((recipe, dict(loss=loss, metrics=metrics, **kwargs)))
                 optimizer = keras.optimizers.AdamW(learning_rate)  # replaced when fit starts
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def _pend_recipe(self, pending):
+        """Keeps (optimization.Recipe, compile's other arguments) until fit counts the steps.
+        Kept outside Keras's attribute tracking: tracked, the pending metrics became the model's
+        own, and one compile() followed by another made with other metric objects (say with
+        total_steps) reported the first one's never-updated accuracy, 0, for the real one."""
+        object.__setattr__(self, "_recipe", pending)
 
     def default_loss(self):
         raise NotImplementedError
@@ -145,7 +152,8 @@ class BertTask(keras.Model):
                 batching.count_steps(dataset)))  # fmt: skip
         if getattr(self, "_recipe", None) is not None:
             steps = steps_per_epoch or int(dataset.cardinality())
-            (recipe, compile_kwargs), self._recipe = self._recipe, None
+            (recipe, compile_kwargs) = self._recipe
+            self._pend_recipe(None)
             with self.distribute_strategy.scope():  # the one the model was made under, if any
                 super().compile(optimizer=recipe.optimizer(steps * epochs), **compile_kwargs)
         if validation_data is not None:

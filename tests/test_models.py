@@ -202,6 +202,23 @@ def test_compile_auto_counts_the_steps_of_its_warmup_and_decay(classifier):
     assert float(classifier.optimizer.learning_rate) == 0.0  # decayed to 0 at the last step
 
 
+def test_a_model_compiled_again_reports_its_new_metrics(classifier):
+    """compile() keeps its recipe until fit counts the steps; its metrics were kept where Keras
+    tracked them as the model's own, so a second compile (with total_steps, say) reported the
+    first's accuracy, never updated: 0 whatever the model predicted."""
+    keras.utils.set_random_seed(0)
+    x, y = SENTENCES * 2, [1, 1, 1, 0, 1, 0, 1, 0]  # not all of one class either way
+    for steps in ([], ["fit"]):
+        classifier.compile(learning_rate=1e-3)
+        if steps:
+            classifier.fit(x, y, verbose=0)
+        classifier.compile(learning_rate=1e-3, total_steps=3)
+        correct = classifier.predict(x, verbose=0).argmax(-1) == y
+        accuracy = classifier.evaluate(x, y, verbose=0, return_dict=True)["accuracy"]
+        assert accuracy == pytest.approx(correct.mean()) and 0 < accuracy < 1
+        assert [m.name for m in classifier.metrics].count("accuracy") == 0  # in compile_metrics
+
+
 def test_pair_classifier_and_regression(tiny_checkpoint):
     model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=1,
                                                       num_segments=2, sequence_length=16)  # fmt: skip
