@@ -21,14 +21,34 @@ def without_autotuning(dataset):
     return dataset.with_options(options)
 
 
-def _as_tensors(value):
+def _as_tensors(value, what):
     """Python lists / NumPy arrays (or tuples and dicts of them) -> what from_tensor_slices takes
-    (a tuple stays a tuple: a pair of texts, or (starts, ends))."""
+    (a tuple stays a tuple: a pair of texts, or (starts, ends)); `what` names `value` in the
+    error for one that is no tensor (a None among texts, texts mixed with numbers)."""
     if isinstance(value, dict):
-        return {k: _as_tensors(v) for k, v in value.items()}
+        return {k: _as_tensors(v, what) for k, v in value.items()}
     if isinstance(value, tuple):
-        return tuple(_as_tensors(v) for v in value)
-    return value if tf.is_tensor(value) else tf.convert_to_tensor(value)
+        return tuple(_as_tensors(v, what) for v in value)
+    if tf.is_tensor(value):
+        return value
+    try:
+        return tf.convert_to_tensor(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} cannot be read as a tensor{_first_odd(value)}: give "
+                         f"{'strings' if what == 'x' else 'numbers'} of one kind, one per "
+                         "example") from None  # fmt: skip
+
+
+def _first_odd(values):
+    """', x[i] is <value>' for the first item of a list whose type differs from the first's,
+    or for a None: what made the list no tensor."""
+    if not isinstance(values, list) or not values:
+        return ""
+    kind = str if isinstance(values[0], (str, bytes)) else type(values[0])
+    for i, value in enumerate(values):
+        if value is None or not isinstance(value, kind):
+            return f" (item {i} is {value!r})"
+    return ""
 
 
 def _length(value):
@@ -48,6 +68,11 @@ def class_ids(y, count, what="label"):
     """Targets as int32 class ids, checked in the graph (a batch from a tf.data.Dataset):
     whole numbers from 0 to count - 1. A cast alone would make a label of 0.5 class 0."""
     y = tf.convert_to_tensor(y)
+    # Rank 1 whatever rank the batch came in ((batch,), or a column (batch, 1)): the function a
+    # model traces once for its life relaxes to unknown rank when one fit passes labels of
+    # one rank and the next of another, and Keras's loss needs to know the rank.
+    tf.debugging.assert_equal(tf.size(y), tf.shape(y)[0], message=f"give one {what} per example")
+    y = tf.reshape(y, [-1])
     if y.dtype.is_floating:  # NaN is not equal to itself, so it fails too
         tf.debugging.assert_equal(y, tf.round(y), message=f"a {what} is not a whole number")
     y = tf.cast(y, tf.int32)
@@ -90,23 +115,13 @@ def _check_sample_weights(sample_weight):
                              "finite numbers of at least 0")  # fmt: skip
 
 
-def batched(x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=None,
-            check_targets=None):
-    """Raw data as a batched tf.data.Dataset of raw strings (and targets), without tf.data's
-    autotuning (`without_autotuning`); `check_targets(x, y)` (a task model's) checks targets
-    given in memory first. A Dataset is taken as it is, options included (batched, with
-    elements x, (x, y) or (x, y, sample_weight))."""
-    whole = isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool)
-    if batch_size is not None and not (whole and batch_size >= 1):
-        raise ValueError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
-    if isinstance(x, tf.data.Dataset):
-        if y is not None:
-            raise ValueError("x is a tf.data.Dataset: put the targets in its elements, "
-                             "(x, y), rather than passing y")  # fmt: skip
-        return x
+def in_memory(x, y=None, sample_weight=None, check_x=None, check_targets=None):
+    """Raw data given in memory (lists, arrays, tensors) as tensors, checked before any graph
+    runs: x not empty, every part one entry per example, as many targets and weights; then
+    `check_x(x)` (its texts) and `check_targets(x, y)` (a task model's)."""
     if x is None:
         raise ValueError("no data: pass x (raw strings)")
-    x = _as_tensors(x)
+    x = _as_tensors(x, "x")
     if any(t.shape.rank == 0 for t in tf.nest.flatten(x)):
         raise ValueError("x holds one text where a list of them belongs: pass a batch, "
                          "[text] for one example")  # fmt: skip
@@ -120,12 +135,57 @@ def batched(x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=
         if value is not None and _length(value) != _length(x):
             raise ValueError(f"len(x) is {_length(x)} but len({name}) is {_length(value)}: "
                              "give one target per example")  # fmt: skip
+    if check_x is not None and not is_token_ids(x):
+        check_x(x)
     if y is not None and check_targets is not None:
         check_targets(x, y)
     if sample_weight is not None:
         _check_sample_weights(sample_weight)
-    data = keras.utils.pack_x_y_sample_weight(x, *[
-        _as_tensors(v) for v in (y, sample_weight) if v is not None])  # fmt: skip
+    y, sample_weight = [None if v is None else _as_tensors(v, name)
+                        for v, name in ((y, "y"), (sample_weight, "sample_weight"))]  # fmt: skip
+    return x, y, sample_weight
+
+
+def split_off(fraction, x, y=None, sample_weight=None, check_x=None, check_targets=None):
+    """Keras's `validation_split` on raw data in memory: ((x, y, sample_weight) to train on,
+    (x, y, sample_weight) to validate on), the validation part the last `fraction` of the
+    examples, taken before any shuffling."""
+    if isinstance(x, tf.data.Dataset):
+        raise ValueError("validation_split splits data given in memory; x is a "
+                         "tf.data.Dataset: pass validation_data instead")  # fmt: skip
+    if isinstance(fraction, bool) or not (isinstance(fraction, (int, float, np.number))
+                                          and 0 < fraction < 1):  # fmt: skip
+        raise ValueError(f"validation_split must be a fraction between 0 and 1, got {fraction!r}")
+    data = in_memory(x, y, sample_weight, check_x, check_targets)
+    count = _length(data[0])
+    at = int(np.floor(count * (1 - fraction)))
+    if not 0 < at < count:
+        raise ValueError(f"validation_split={fraction} of {count} examples leaves "
+                         f"{'none to train on' if at == 0 else 'none to validate on'}")  # fmt: skip
+
+    def part(rows):
+        return tuple(None if v is None else tf.nest.map_structure(lambda t: t[rows], v)
+                     for v in data)  # fmt: skip
+
+    return part(slice(None, at)), part(slice(at, None))
+
+
+def batched(x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=None,
+            check_x=None, check_targets=None):
+    """Raw data as a batched tf.data.Dataset of raw strings (and targets), without tf.data's
+    autotuning (`without_autotuning`); data in memory is checked first (`in_memory`). A Dataset
+    is taken as it is, options included (batched, with elements x, (x, y) or
+    (x, y, sample_weight))."""
+    whole = isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool)
+    if batch_size is not None and not (whole and batch_size >= 1):
+        raise ValueError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
+    if isinstance(x, tf.data.Dataset):
+        if y is not None:
+            raise ValueError("x is a tf.data.Dataset: put the targets in its elements, "
+                             "(x, y), rather than passing y")  # fmt: skip
+        return x
+    x, y, sample_weight = in_memory(x, y, sample_weight, check_x, check_targets)
+    data = keras.utils.pack_x_y_sample_weight(x, *[v for v in (y, sample_weight) if v is not None])
     dataset = tf.data.Dataset.from_tensor_slices(data)
     if shuffle:
         dataset = dataset.shuffle(_length(x), seed=seed, reshuffle_each_iteration=True)

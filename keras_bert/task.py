@@ -85,10 +85,13 @@ class BertTask(keras.Model):
         return keras.utils.pack_x_y_sample_weight(*self.preprocess_batch(x, y, sample_weight))
 
     def batched(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=None):
-        """Raw data as a batched tf.data.Dataset (`batching.batched`), targets given in memory
-        checked by `check_targets` first."""
+        """Raw data as a batched tf.data.Dataset (`batching.batched`), data given in memory
+        checked first: its texts by the preprocessor, its targets by `check_targets`."""
         return batching.batched(x, y, sample_weight, batch_size, shuffle, seed,
-                                check_targets=self.check_targets)
+                                **self._checks())  # fmt: skip
+
+    def _checks(self):
+        return dict(check_x=self.preprocessor.texts, check_targets=self.check_targets)
 
     def make_dataset(self, x, y=None, sample_weight=None, batch_size=None, training=False,
                      seed=None):  # fmt: skip
@@ -140,8 +143,15 @@ class BertTask(keras.Model):
     def fit(self, x=None, y=None, batch_size=None, epochs=1, *, sample_weight=None,
             validation_data=None, steps_per_epoch=None, shuffle=True, seed=None, **kwargs):  # fmt: skip
         """Keras `fit` on raw data: x a list or array of strings (a pair of them for pair
-        tasks), y the targets; or x a batched tf.data.Dataset of (strings, targets)."""
+        tasks), y the targets; or x a batched tf.data.Dataset of (strings, targets).
+        `validation_split` (data in memory only) validates on the last examples, as Keras's."""
         check_weights_can_change()
+        if kwargs.get("validation_split"):
+            if validation_data is not None:
+                raise ValueError("pass validation_data or validation_split, not both")
+            (x, y, sample_weight), validation_data = batching.split_off(
+                kwargs.pop("validation_split"), x, y, sample_weight, **self._checks())
+        kwargs.pop("validation_split", None)
         if not self.compiled:
             self.compile()
         dataset = self.make_dataset(x, y, sample_weight, batch_size, training=shuffle,
@@ -197,6 +207,36 @@ class BertTask(keras.Model):
             # that end is the end of the data, not an interruption.
             warnings.filterwarnings("ignore", message="Your input ran out of data")
             return super().evaluate(dataset, **kwargs)
+
+    def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None,
+                       return_dict=False):  # fmt: skip
+        """Keras `train_on_batch` on one batch of raw data (as `fit` takes it). The recipe's
+        schedule needs its length: compile(total_steps=...) first, or pass an optimizer."""
+        check_weights_can_change()
+        if not self.compiled:
+            self.compile()
+        if getattr(self, "_recipe", None) is not None:
+            raise ValueError("train_on_batch cannot count the steps of the learning-rate "
+                             "schedule: call compile(total_steps=...) first (or compile with "
+                             "an optimizer)")  # fmt: skip
+        x, y, sample_weight = self._one_batch(x, y, sample_weight)
+        return super().train_on_batch(x, y, sample_weight, class_weight, return_dict)
+
+    def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
+        """Keras `test_on_batch` on one batch of raw data (as `evaluate` takes it)."""
+        if not self.compiled:
+            self.compile()
+        x, y, sample_weight = self._one_batch(x, y, sample_weight)
+        return super().test_on_batch(x, y, sample_weight, return_dict)
+
+    def _one_batch(self, x, y, sample_weight):
+        """One batch of raw data in memory, checked and preprocessed by the graph that `fit`
+        maps over its batches; encoder inputs pass as they are."""
+        if batching.is_token_ids(x):
+            return x, y, sample_weight
+        data = batching.in_memory(x, y, sample_weight, **self._checks())
+        parts = data[:1] if y is None else data[:2] if sample_weight is None else data
+        return keras.utils.unpack_x_y_sample_weight(self.traced(self._preprocess_element)(parts))
 
     def predict(self, x, batch_size=None, **kwargs):
         """Keras `predict` on raw strings; returns the model's outputs (logits).
@@ -261,6 +301,10 @@ class BertTask(keras.Model):
     def save(self, filepath, overwrite=True, include_optimizer=False, **kwargs):
         """Saves one `.keras` file that predicts on raw strings with nothing beside it.
         Optimizer state (two slots per weight with AdamW) is left out unless asked for."""
+        if str(filepath).endswith((".h5", ".hdf5")):
+            raise ValueError(f"{filepath}: a task model saves as one .keras file (weights, "
+                             "vocabulary and settings); HDF5 cannot hold its preprocessor. Use "
+                             "a .keras path, or save_weights for the weights alone")
         if include_optimizer or not self.compiled:
             return super().save(filepath, overwrite=overwrite, **kwargs)
         optimizer = self.optimizer

@@ -1,0 +1,106 @@
+"""Raw data in memory through a task model's Keras entry points beyond fit, evaluate and
+predict (keras_bert/batching.py and BertTask): validation_split, train_on_batch and
+test_on_batch, labels of either rank, and data that is no tensor."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_bert
+from keras_bert import batching
+
+SENTENCES = ["a gripping , moving film", "dull and far too long", "a delight", "tedious mess",
+             "the cat sat on the mat", "what a waste of an evening"]  # fmt: skip
+LABELS = [1, 0, 1, 0, 1, 0]
+
+
+@pytest.fixture
+def classifier(tiny_checkpoint):
+    keras.utils.set_random_seed(3)
+    return keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=2,
+                                                     sequence_length=32)  # fmt: skip
+
+
+def test_validation_split_validates_on_the_last_examples_as_keras_does(classifier):
+    classifier.compile(learning_rate=2e-2)
+    history = classifier.fit(SENTENCES, LABELS, validation_split=1 / 3, epochs=12, batch_size=2,
+                             verbose=0).history  # fmt: skip
+    assert len(history["val_loss"]) == 12
+    # The validation loss is the trained model's on the last third (dropout is off in both).
+    last = classifier.evaluate(SENTENCES[4:], LABELS[4:], verbose=0, return_dict=True)
+    np.testing.assert_allclose(history["val_loss"][-1], last["loss"], rtol=1e-5)
+    first = classifier.evaluate(SENTENCES[:4], LABELS[:4], verbose=0, return_dict=True)
+    assert abs(first["loss"] - last["loss"]) > 1e-4  # the two parts are told apart
+    # Pairs, arrays and sample weights are split the same way.
+    train, validate = batching.split_off(0.5, (SENTENCES, SENTENCES), np.array(LABELS),
+                                         sample_weight=[1, 2, 3, 4, 5, 6])  # fmt: skip
+    assert [t.numpy().tolist() for t in train[1:]] == [[1, 0, 1], [1, 2, 3]]
+    assert validate[0][1].numpy().tolist() == [s.encode() for s in SENTENCES[3:]]
+
+
+def test_validation_split_refuses_what_it_cannot_split(classifier):
+    classifier.compile()
+    dataset = tf.data.Dataset.from_tensor_slices((SENTENCES, LABELS)).batch(2)
+    for kwargs, message in [
+        (dict(x=dataset), "x is a tf.data.Dataset: pass validation_data instead"),
+        (dict(x=SENTENCES, y=LABELS, validation_data=(SENTENCES, LABELS)),
+         "pass validation_data or validation_split, not both"),
+        (dict(x=SENTENCES, y=LABELS, validation_split=0.9), "0.9 of 6 examples leaves none to "
+                                                            "train on"),
+        (dict(x=SENTENCES, y=LABELS, validation_split=1.5), "between 0 and 1, got 1.5"),
+        (dict(x=SENTENCES, y=LABELS[:5]), r"len\(x\) is 6 but len\(y\) is 5"),
+    ]:  # fmt: skip
+        kwargs = {"validation_split": 0.5, **kwargs}
+        with pytest.raises(ValueError, match=message):
+            classifier.fit(verbose=0, **kwargs)
+
+
+def test_train_and_test_on_batch_take_raw_strings(classifier):
+    with pytest.raises(ValueError, match=r"cannot count the steps .* compile\(total_steps=...\)"):
+        classifier.train_on_batch(SENTENCES, LABELS)
+    classifier.compile(learning_rate=2e-2, total_steps=40)
+    before = classifier.test_on_batch(SENTENCES, LABELS, return_dict=True)
+    assert before == pytest.approx(classifier.evaluate(SENTENCES, LABELS, verbose=0,
+                                                       return_dict=True), rel=1e-5)  # fmt: skip
+    for _ in range(40):
+        classifier.train_on_batch(SENTENCES, LABELS)
+    after = classifier.test_on_batch(SENTENCES, np.array(LABELS), return_dict=True)
+    assert after["loss"] < 0.7 * before["loss"] and after["accuracy"] == 1.0
+    with pytest.raises(ValueError, match=r"y\[1\] is 2: labels must be whole numbers"):
+        classifier.train_on_batch(SENTENCES[:2], [0, 2])
+    with pytest.raises(ValueError, match="takes 1 text"):
+        classifier.test_on_batch((SENTENCES, SENTENCES), LABELS)
+    # Encoder inputs pass as they are.
+    ids = classifier.preprocessor(SENTENCES)
+    assert classifier.test_on_batch(ids, np.array(LABELS)) == pytest.approx(
+        classifier.test_on_batch(SENTENCES, LABELS), rel=1e-6)  # fmt: skip
+
+
+def test_labels_may_change_rank_between_fits(classifier):
+    """The preprocessing function is traced once for the model's life: a fit with a list of
+    labels, then one with a column of them (or back) relaxed it to labels of unknown rank, and
+    Keras's loss failed ("Cannot take the length of shape with unknown rank")."""
+    classifier.compile()
+    column = np.array(LABELS)[:, None]
+    for labels in (LABELS, column, LABELS, column.astype("float32")):
+        classifier.fit(SENTENCES, labels, verbose=0)
+    losses = [classifier.evaluate(SENTENCES, y, verbose=0)[0] for y in (LABELS, column)]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    dataset = tf.data.Dataset.from_tensor_slices((SENTENCES, np.stack([LABELS] * 2, 1))).batch(3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="give one label per example"):
+        classifier.evaluate(dataset, verbose=0)
+
+
+def test_data_that_is_no_tensor_is_refused_in_one_line(classifier, tmp_path):
+    for x, message in [
+        (["a film", None], r"x cannot be read as a tensor \(item 1 is None\)"),
+        (["a film", 3], r"\(item 1 is 3\): give strings of one kind"),
+        ([["a film"], ["a mess"]], r"expected a list .* shape \(2, 1\)"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            classifier.predict(x, verbose=0)
+    with pytest.raises(ValueError, match=r"y cannot be read as a tensor \(item 1 is None\)"):
+        batching.in_memory(SENTENCES[:2], [0, None])
+    with pytest.raises(ValueError, match=r"model.h5: a task model saves as one .keras file"):
+        classifier.save(str(tmp_path / "model.h5"))
