@@ -51,7 +51,7 @@ def _first_odd(values):
     return ""
 
 
-def _length(value):
+def example_count(value):
     if isinstance(value, dict):
         value = next(iter(value.values()), ())
     if isinstance(value, tuple):
@@ -62,6 +62,13 @@ def _length(value):
 def is_token_ids(x):
     """Whether a batch's x is encoder inputs already (preprocessed), not raw data."""
     return isinstance(x, dict) and "input_word_ids" in x
+
+
+def is_prepared(dataset):
+    """Whether a dataset's elements hold encoder inputs already, as `make_dataset` makes them
+    (Keras's fit hands its validation data back to the model's own evaluate)."""
+    spec = dataset.element_spec
+    return is_token_ids(spec[0] if isinstance(spec, tuple) else spec)
 
 
 def class_ids(y, count, what="label"):
@@ -129,11 +136,12 @@ def in_memory(x, y=None, sample_weight=None, check_x=None, check_targets=None):
     if len(lengths) > 1:
         raise ValueError(f"the parts of x differ in length ({', '.join(map(str, lengths))}"
                          "): give each part one entry per example")  # fmt: skip
-    if _length(x) == 0:
+    count = example_count(x)
+    if count == 0:
         raise ValueError("x is empty: pass at least one example")
     for name, value in (("y", y), ("sample_weight", sample_weight)):
-        if value is not None and _length(value) != _length(x):
-            raise ValueError(f"len(x) is {_length(x)} but len({name}) is {_length(value)}: "
+        if value is not None and example_count(value) != count:
+            raise ValueError(f"len(x) is {count} but len({name}) is {example_count(value)}: "
                              "give one target per example")  # fmt: skip
     if check_x is not None and not is_token_ids(x):
         check_x(x)
@@ -146,18 +154,15 @@ def in_memory(x, y=None, sample_weight=None, check_x=None, check_targets=None):
     return x, y, sample_weight
 
 
-def split_off(fraction, x, y=None, sample_weight=None, check_x=None, check_targets=None):
-    """Keras's `validation_split` on raw data in memory: ((x, y, sample_weight) to train on,
-    (x, y, sample_weight) to validate on), the validation part the last `fraction` of the
-    examples, taken before any shuffling."""
-    if isinstance(x, tf.data.Dataset):
-        raise ValueError("validation_split splits data given in memory; x is a "
-                         "tf.data.Dataset: pass validation_data instead")  # fmt: skip
+def split_off(fraction, x, y=None, sample_weight=None):
+    """Keras's `validation_split` on raw data in memory (`in_memory`'s checks done): ((x, y,
+    sample_weight) to train on, (x, y, sample_weight) to validate on), the validation part the
+    last `fraction` of the examples, taken before any shuffling."""
     if isinstance(fraction, bool) or not (isinstance(fraction, (int, float, np.number))
                                           and 0 < fraction < 1):  # fmt: skip
         raise ValueError(f"validation_split must be a fraction between 0 and 1, got {fraction!r}")
-    data = in_memory(x, y, sample_weight, check_x, check_targets)
-    count = _length(data[0])
+    data = in_memory(x, y, sample_weight)
+    count = example_count(data[0])
     at = int(np.floor(count * (1 - fraction)))
     if not 0 < at < count:
         raise ValueError(f"validation_split={fraction} of {count} examples leaves "
@@ -188,7 +193,7 @@ def batched(x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=
     data = keras.utils.pack_x_y_sample_weight(x, *[v for v in (y, sample_weight) if v is not None])
     dataset = tf.data.Dataset.from_tensor_slices(data)
     if shuffle:
-        dataset = dataset.shuffle(_length(x), seed=seed, reshuffle_each_iteration=True)
+        dataset = dataset.shuffle(example_count(x), seed=seed, reshuffle_each_iteration=True)
     return without_autotuning(dataset.batch(batch_size or 32))
 
 

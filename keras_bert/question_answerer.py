@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_bert import serving
+from keras_bert import batching, serving
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import SpanLabelerHead
 from keras_bert.spans import SpanWindows
@@ -92,26 +92,44 @@ class BertQuestionAnswerer(BertTask):
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         return {"start_logits": loss, "end_logits": loss}
 
+    decodes_predictions = True
+
+    def encode_targets(self, y):
+        """(answer_starts, answer_ends), or rows of (start, end) -> two int64 arrays."""
+        try:
+            return tuple(np.asarray(v, "int64") for v in (y if isinstance(y, tuple) else
+                                                          np.asarray(y).T))  # fmt: skip
+        except (TypeError, ValueError):
+            raise ValueError("y must be (answer_starts, answer_ends): character offsets as "
+                             "whole numbers, start -1 for no answer") from None  # fmt: skip
+
+    def preprocess_batch(self, x, y=None, sample_weight=None):
+        """A batch of (questions, passages) and answer spans -> its windows' encoder inputs and
+        start / end targets; a question's weight goes to each of its windows."""
+        if y is None:
+            raise ValueError("fit and evaluate need y = (answer_starts, answer_ends); "
+                             "predict needs only x")  # fmt: skip
+        questions, contexts = self.preprocessor.segments(x)
+        tf.debugging.assert_equal(tf.reduce_any(bad_spans(contexts, y[0], y[1])), False,
+                                  message="an answer span is not within its passage")
+        w = self.preprocessor.windows(questions, contexts, y[0], y[1])
+        inputs = {n: w[n] for n in INPUT_NAMES}
+        targets = {"start_logits": w["start_positions"], "end_logits": w["end_positions"]}
+        weights = None if sample_weight is None else tf.gather(sample_weight, w["example"])
+        return inputs, targets, weights
+
     def make_dataset(self, x, y=None, sample_weight=None, batch_size=None, training=False,
                      seed=None):  # fmt: skip
         """Batches of `batch_size` windows with their targets (needs y)."""
+        if isinstance(x, tf.data.Dataset) and batching.is_prepared(x):
+            return x
         if y is None and not isinstance(x, tf.data.Dataset):
             raise ValueError("fit and evaluate need y = (answer_starts, answer_ends); "
                              "predict needs only x")  # fmt: skip
-        if y is not None and not isinstance(y, tf.data.Dataset):
-            y = tuple(np.asarray(v, "int64") for v in (y if isinstance(y, tuple) else np.asarray(y).T))
         pairs = self.batched(x, y, sample_weight, 256, shuffle=training, seed=seed)
 
-        def to_windows(x, y, weights=None):  # a question's weight goes to each of its windows
-            questions, contexts = self.preprocessor.segments(x)
-            tf.debugging.assert_equal(tf.reduce_any(bad_spans(contexts, y[0], y[1])), False,
-                                      message="an answer span is not within its passage")
-            w = self.preprocessor.windows(questions, contexts, y[0], y[1])
-            inputs = {n: w[n] for n in INPUT_NAMES}
-            targets = {"start_logits": w["start_positions"], "end_logits": w["end_positions"]}
-            if weights is None:
-                return inputs, targets
-            return inputs, targets, tf.gather(weights, w["example"])
+        def to_windows(*data):
+            return keras.utils.pack_x_y_sample_weight(*self.preprocess_batch(*data))
 
         windows = pairs.map(to_windows, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
         if training:

@@ -86,9 +86,21 @@ class BertTask(keras.Model):
 
     def batched(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=None):
         """Raw data as a batched tf.data.Dataset (`batching.batched`), data given in memory
-        checked first: its texts by the preprocessor, its targets by `check_targets`."""
+        checked first: its texts by the preprocessor, its targets (`encode_targets`) by
+        `check_targets`."""
+        if y is not None and not isinstance(x, tf.data.Dataset):
+            y = self.encode_targets(y)
         return batching.batched(x, y, sample_weight, batch_size, shuffle, seed,
                                 **self._checks())  # fmt: skip
+
+    def encode_targets(self, y):
+        """Targets given in memory as the graph takes them, before they are checked, split or
+        batched (a token classifier's tags as ids, say); as given unless a model says."""
+        return y
+
+    def _in_memory(self, x, y=None, sample_weight=None):
+        y = None if y is None else self.encode_targets(y)
+        return batching.in_memory(x, y, sample_weight, **self._checks())
 
     def _checks(self):
         return dict(check_x=self.preprocessor.texts, check_targets=self.check_targets)
@@ -149,8 +161,11 @@ class BertTask(keras.Model):
         if kwargs.get("validation_split"):
             if validation_data is not None:
                 raise ValueError("pass validation_data or validation_split, not both")
+            if isinstance(x, tf.data.Dataset):
+                raise ValueError("validation_split splits data given in memory; x is a "
+                                 "tf.data.Dataset: pass validation_data instead")  # fmt: skip
             (x, y, sample_weight), validation_data = batching.split_off(
-                kwargs.pop("validation_split"), x, y, sample_weight, **self._checks())
+                kwargs.pop("validation_split"), *self._in_memory(x, y, sample_weight))
         kwargs.pop("validation_split", None)
         if not self.compiled:
             self.compile()
@@ -234,7 +249,9 @@ class BertTask(keras.Model):
         maps over its batches; encoder inputs pass as they are."""
         if batching.is_token_ids(x):
             return x, y, sample_weight
-        data = batching.in_memory(x, y, sample_weight, **self._checks())
+        if y is None:
+            raise ValueError("training and testing need targets: pass y (one per example)")
+        data = self._in_memory(x, y, sample_weight)
         parts = data[:1] if y is None else data[:2] if sample_weight is None else data
         return keras.utils.unpack_x_y_sample_weight(self.traced(self._preprocess_element)(parts))
 
@@ -249,6 +266,18 @@ class BertTask(keras.Model):
         if self._preprocesses_in_step():
             return super().predict(self.batched(x, batch_size=batch_size), **kwargs)
         return super().predict(self.make_dataset(x, batch_size=batch_size), **kwargs)
+
+    # Whether `predict` decodes the model's outputs (answers, entities) rather than returning
+    # them; `predict_on_batch` on raw data then returns what `predict` does.
+    decodes_predictions = False
+
+    def predict_on_batch(self, x):
+        """Keras `predict_on_batch` on raw strings: the model's outputs, or where `predict`
+        decodes them (answers, entities), what `predict` returns for that batch."""
+        if not self.decodes_predictions or batching.is_token_ids(x):
+            return super().predict_on_batch(x)
+        x = batching.in_memory(x, check_x=self.preprocessor.texts)[0]
+        return self.predict(x, batch_size=batching.example_count(x), verbose=0)
 
     def _preprocesses_in_step(self):
         default = tf.distribute.get_strategy()  # the default strategy outside any scope

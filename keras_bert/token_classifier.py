@@ -66,10 +66,10 @@ class BertTokenClassifier(BertTask):
     def default_loss(self):
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE)
 
-    def batched(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=None):
-        if y is not None and not isinstance(y, tf.data.Dataset):
-            y = self.tag_ids(y)
-        return super().batched(x, y, sample_weight, batch_size, shuffle, seed)
+    decodes_predictions = True
+
+    def encode_targets(self, y):
+        return y if isinstance(y, tf.RaggedTensor) else self.tag_ids(y)  # (ids already)
 
     def check_targets(self, x, y):
         """One line for the first sentence whose tags (int ragged, from `tag_ids`) are not one

@@ -104,3 +104,53 @@ def test_data_that_is_no_tensor_is_refused_in_one_line(classifier, tmp_path):
         batching.in_memory(SENTENCES[:2], [0, None])
     with pytest.raises(ValueError, match=r"model.h5: a task model saves as one .keras file"):
         classifier.save(str(tmp_path / "model.h5"))
+
+
+PASSAGE = "The Normans gave their name to Normandy, a region in France, in the 10th century."
+QUESTIONS = ["Who gave their name to Normandy?", "Where is Normandy?", "When?"]
+ANSWERS = ["The Normans", "France", "the 10th century"]
+
+
+def test_question_answerer_takes_raw_data_in_every_entry_point(tiny_checkpoint):
+    """Its windows are cut in the graph: fit with validation_data used to fail (Keras hands the
+    prepared windows back to the model's evaluate, which cut them again), and so did
+    validation_split and the *_on_batch calls."""
+    model = keras_bert.BertQuestionAnswerer.from_checkpoint(
+        tiny_checkpoint, sequence_length=32, max_query_length=12, doc_stride=8)
+    starts = [PASSAGE.index(a) for a in ANSWERS]
+    x, y = (QUESTIONS, [PASSAGE] * 3), (starts, [s + len(a) for s, a in zip(starts, ANSWERS)])
+    model.compile(learning_rate=1e-3, total_steps=8)
+    history = model.fit(x, y, validation_data=(x, y), verbose=0).history
+    loss = model.evaluate(x, y, verbose=0, return_dict=True)["loss"]
+    np.testing.assert_allclose(history["val_loss"], [loss], rtol=1e-5)
+    assert model.test_on_batch(x, y, return_dict=True)["loss"] == pytest.approx(loss, rel=1e-5)
+    doubled = (QUESTIONS * 2, [PASSAGE] * 6), tuple(v * 2 for v in y)
+    history = model.fit(*doubled, validation_split=0.5, verbose=0).history
+    loss = model.evaluate(x, y, verbose=0, return_dict=True)["loss"]  # the last three
+    np.testing.assert_allclose(history["val_loss"], [loss], rtol=1e-5)
+    model.train_on_batch(x, np.array(y).T)  # rows of (start, end) too
+    answers = model.predict(x, verbose=0)
+    on_batch = model.predict_on_batch(x)
+    assert on_batch["answer"].tolist() == answers["answer"].tolist()
+    np.testing.assert_allclose(on_batch["score"], answers["score"], rtol=1e-5)
+    with pytest.raises(ValueError, match=r"y must be \(answer_starts, answer_ends\): character "
+                                         "offsets as whole numbers"):  # fmt: skip
+        model.fit(x, (starts, [None, 3, 4]), verbose=0)  # was int()'s TypeError
+    with pytest.raises(ValueError, match="training and testing need targets: pass y"):
+        model.test_on_batch(x)
+
+
+def test_token_classifier_takes_raw_data_in_every_entry_point(tiny_checkpoint):
+    model = keras_bert.BertTokenClassifier.from_checkpoint(tiny_checkpoint, ["O", "B-PER", "B-LOC"],
+                                                           sequence_length=24)  # fmt: skip
+    sentences = ["hello world the cat sat", "the dog sat on the mat"] * 2
+    tags = [["O", "B-LOC", "O", "B-PER", "O"], ["O", "B-PER", "O", "O", "O", "B-LOC"]] * 2
+    model.compile(learning_rate=1e-3, total_steps=8)
+    history = model.fit(sentences, tags, validation_split=0.5, verbose=0).history
+    last = model.evaluate(sentences[2:], tags[2:], verbose=0, return_dict=True)["loss"]
+    np.testing.assert_allclose(history["val_loss"], [last], rtol=1e-5)
+    assert model.test_on_batch(sentences[2:], tags[2:]) == pytest.approx(last, rel=1e-5)
+    model.train_on_batch(sentences, tags)
+    assert model.predict_on_batch(sentences) == model.predict(sentences, verbose=0)
+    with pytest.raises(ValueError, match="tag 'B-ORG' is not one of the model's tags"):
+        model.train_on_batch(sentences[:1], [["B-ORG", "O", "O", "O", "O"]])
