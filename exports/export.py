@@ -20,7 +20,7 @@ from absl import app, flags, logging
 import keras_bert  # noqa: F401  (registers the task models before loading one)
 from keras_bert import textfiles
 from keras_bert.column_parts import check_column_parts
-from keras_bert.task import PRECISIONS
+from keras_bert.servable import PRECISIONS
 from exports import hub_layout
 from tasks import run_main
 

@@ -20,7 +20,7 @@ import tensorflow as tf
 from absl import flags, logging
 
 from keras_bert import distribute
-from keras_bert.task import PRECISIONS
+from keras_bert.servable import PRECISIONS
 from tasks import common, progress, runs  # noqa: F401  (common defines the flags read here)
 
 FLAGS = flags.FLAGS

@@ -1,0 +1,145 @@
+"""ServableModel: the part of a task model that leaves the process. `save` writes one `.keras`
+file that predicts on raw strings with nothing beside it (without optimizer state); `export`
+writes a TF Serving SavedModel in the precision asked, whatever the model trained in;
+`with_precision` gives the model computing in another precision. A subclass (BertTask) has an
+`encoder` and a `preprocessor` and says what it serves (`serving_functions`).
+"""
+
+import keras
+
+from keras_bert import serving
+from keras_bert.column_parts import check_column_parts, serving_column_parts
+from keras_bert.encoder import INPUT_NAMES
+
+
+# Compute precisions by name -> the Keras dtype policy that computes in them.
+PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+
+
+def _check_precision(precision):
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; use one of {sorted(PRECISIONS)}")
+
+
+class ServableModel(keras.Model):
+    """A Keras model with an `encoder` and a `preprocessor` that saves and exports whole."""
+
+    # The encoder outputs the head reads (None: all): an export's copy of the model builds its
+    # encoder with only these (BertEncoder's keep_outputs says why).
+    ENCODER_OUTPUTS = None
+
+    def save(self, filepath, overwrite=True, include_optimizer=False, **kwargs):
+        """Saves one `.keras` file that predicts on raw strings with nothing beside it.
+        Optimizer state (two slots per weight with AdamW) is left out unless asked for."""
+        if str(filepath).endswith((".h5", ".hdf5")):
+            raise ValueError(f"{filepath}: a task model saves as one .keras file (weights, "
+                             "vocabulary and settings); HDF5 cannot hold its preprocessor. Use "
+                             "a .keras path, or save_weights for the weights alone")
+        if include_optimizer or not self.compiled:
+            return super().save(filepath, overwrite=overwrite, **kwargs)
+        optimizer = self.optimizer
+        # Hidden for the save only: Keras saves an optimizer's state and a compile config
+        # (which would rebuild an empty optimizer on load) when it finds them.
+        object.__setattr__(self, "optimizer", None)
+        object.__setattr__(self, "compiled", False)
+        try:
+            return super().save(filepath, overwrite=overwrite, **kwargs)
+        finally:
+            object.__setattr__(self, "optimizer", optimizer)
+            object.__setattr__(self, "compiled", True)
+
+    def export(self, filepath, version=None, precision="float32", column_parts=None,
+               **kwargs):
+        """Writes a TF Serving SavedModel to `<filepath>/<version>/` (default: one more than the
+        newest there) and returns its path: strings-in `serving_default`, `serve_token_ids`,
+        inference weights only, warmup requests, every op checked against what TF Serving
+        2.12 can run.
+
+        `precision` is the export's compute precision, whatever the model trained in:
+        "float32" (the default) runs at full speed on every CPU; "bfloat16" is faster only
+        where the CPU's bfloat16 products outrun its float32 ones (AMX, AMD's AVX512-BF16; an
+        Intel CPU with AVX512-BF16 but no AMX runs them at half the speed) and on GPUs and
+        TPUs, and its answers can differ from float32's on near ties. A "bfloat16" or
+        "float16" export stores its dense weights in that precision
+        (`with_precision(..., for_inference=True)`).
+
+        `column_parts`: the export's encoder blocks compute in this many column parts, which
+        TensorFlow's inter-op threads run side by side (`BertEncoder.split_columns`; the same
+        numbers up to rounding, the export's weights stored as the parts); 1 keeps each product
+        whole. The default: 2 where the heads and sizes split in two (every published BERT),
+        else 1; on 2 cores it serves a sentence about 1.2 times as fast
+        (benchmarks/RESULTS.md).
+
+        What is exported is a copy of the model whose encoder computes only the outputs the
+        head reads (`ENCODER_OUTPUTS`): the same numbers, and a graph TF Serving prepares in
+        a third of the time (MiniLM's classifier loaded as TF Serving loads it: its first
+        request 2.0 to 2.8 s, against 6.6 to 7.2)."""
+        if kwargs:
+            raise ValueError(f"unexpected arguments {sorted(kwargs)}; keras_bert task models "
+                             "export TF Serving SavedModels only")  # fmt: skip
+        if column_parts is None:
+            column_parts = serving_column_parts(self.encoder.config)
+        check_column_parts(self.encoder.config, column_parts)
+        _check_precision(precision)
+        inference = self._copy(precision, keep_outputs=self.ENCODER_OUTPUTS)
+        if column_parts > 1:
+            inference.encoder.split_columns(column_parts)
+        return serving.export(inference, filepath, version)
+
+    def with_precision(self, precision, for_inference=False):
+        """This model computing in `precision` ("float32", "bfloat16" or "float16"; the latter
+        two as Keras mixed precision): itself if it already does, else a copy sharing the
+        preprocessor and holding the same weights (variables are float32 under either).
+
+        `for_inference=True` stores the dense layers' weights in `precision` too: the same
+        numbers as mixed precision computes (which casts them on every call), half the bytes
+        to read per call; for predicting and exporting, not for training. Embeddings and
+        LayerNorms stay float32 either way."""
+        _check_precision(precision)
+        policy = precision if for_inference else PRECISIONS[precision]
+        if self.encoder.policy.name == policy:
+            return self
+        return self._copy(policy)
+
+    def _copy(self, policy, keep_outputs=None):
+        """A new model computing under `policy`, sharing the preprocessor, with these weights;
+        with `keep_outputs`, its encoder's graph holds only those outputs (BertEncoder)."""
+        config = self.get_config()
+        encoder_config = {**self.encoder.get_config(), "dtype": policy}
+        if keep_outputs is not None:
+            encoder_config["keep_outputs"] = list(keep_outputs)
+        config["encoder"] = type(self.encoder).from_config(encoder_config)
+        config["preprocessor"] = self.preprocessor
+        copy = type(self)(**config)
+        copy.set_weights(self.get_weights())
+        return copy
+
+    def serving_functions(self):
+        raise NotImplementedError
+
+    def warmup_requests(self):
+        texts = ["A short warm-up sentence.", "",
+                 "Another, somewhat longer sentence to warm up the server before it serves."]  # fmt: skip
+        names = self.preprocessor.text_names
+        return [{n: texts[:1] for n in names}, {n: texts for n in names}]
+
+    def token_id_function(self, outputs, shape=(None, None)):
+        """serve_token_ids: the encoder inputs in, `outputs(logits)` out."""
+        def from_token_ids(*ids):
+            return outputs(self(dict(zip(INPUT_NAMES, ids)), training=False))
+
+        return from_token_ids, serving.token_id_specs(shape)
+
+    # --- Serialization ---
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable,
+                "encoder": keras.saving.serialize_keras_object(self.encoder),
+                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor)}  # fmt: skip
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for key in ("encoder", "preprocessor"):
+            config[key] = keras.saving.deserialize_keras_object(config[key])
+        return cls(**config)
