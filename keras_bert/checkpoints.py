@@ -293,6 +293,12 @@ def save_checkpoint(checkpoint, folder, format=HUGGING_FACE):
     """
     if format not in FORMATS:
         raise ValueError(f"unknown checkpoint format {format!r}; use one of {FORMATS}")
+    if not isinstance(checkpoint, BertCheckpoint):
+        raise TypeError(f"save_checkpoint takes a BertCheckpoint (an encoder with its "
+                        f"vocabulary), got {type(checkpoint).__name__}: "
+                        "BertCheckpoint(encoder, vocab_file, do_lower_case)")  # fmt: skip
+    if os.path.isfile(folder):
+        raise ValueError(f"{folder} is a file; save_checkpoint writes a folder")
     os.makedirs(folder, exist_ok=True)
     vocab_target = os.path.join(folder, "vocab.txt")
     if not os.path.exists(vocab_target) or not os.path.samefile(

@@ -80,6 +80,11 @@ class BertEmbeddings(keras.layers.Layer):
 
     def call(self, input_word_ids, input_type_ids, training=None):
         seq_length = ops.shape(input_word_ids)[1]
+        if isinstance(seq_length, int) and seq_length > self.max_position_embeddings:
+            # Else TensorFlow's "Incompatible shapes: [1,40,8] vs. [1,16,8]" in the add below.
+            raise ValueError(f"the inputs have {seq_length} positions, more than this encoder's "
+                             f"max_position_embeddings={self.max_position_embeddings}: pack "
+                             "them to at most that many (BertPacker's sequence_length)")  # fmt: skip
         x = self.word_embeddings(input_word_ids)  # (batch, seq, hidden)
         x = x + self.token_type_embeddings(input_type_ids)
         x = x + self.position_embeddings[None, :seq_length, :]

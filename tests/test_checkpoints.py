@@ -231,6 +231,16 @@ def test_not_a_checkpoint(tmp_path):
         checkpoints.load_checkpoint(str(tmp_path))
 
 
+def test_save_checkpoint_refuses_what_is_no_checkpoint_or_no_folder(tmp_path):
+    checkpoint = checkpoints.load_checkpoint(_tiny_hf_folder(tmp_path))
+    with pytest.raises(TypeError, match="takes a BertCheckpoint .*, got BertEncoder"):
+        checkpoints.save_checkpoint(checkpoint.encoder, str(tmp_path / "out"))  # AttributeError
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ValueError, match="a_file is a file; save_checkpoint writes a folder"):
+        checkpoints.save_checkpoint(checkpoint, str(tmp_path / "a_file"))  # was Errno 17
+    assert not (tmp_path / "out").exists()
+
+
 def test_vocab_larger_than_the_model_is_refused(tmp_path):
     folder = _tiny_hf_folder(tmp_path)
     write_vocab(os.path.join(folder, "vocab.txt"), TINY_VOCAB + [f"w{i}" for i in range(100)])

@@ -33,6 +33,10 @@ def test_outputs_follow_the_tf_hub_interface(tiny_encoder):
 def test_any_length_up_to_max_position_embeddings(tiny_encoder):
     for seq in (1, 5, 16):
         assert tiny_encoder(random_inputs(seq=seq))["sequence_output"].shape == (3, seq, 12)
+    # One position more: a line naming the limit, not TensorFlow's "Incompatible shapes".
+    with pytest.raises(ValueError, match="the inputs have 17 positions, more than this encoder's "
+                                         "max_position_embeddings=16"):  # fmt: skip
+        tiny_encoder(random_inputs(seq=17))
 
 
 def test_padding_does_not_change_real_positions(tiny_encoder):
