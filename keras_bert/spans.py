@@ -17,6 +17,7 @@ import tensorflow as tf
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.preprocessing import BertPreprocessor
 from keras_bert.text_cleaning import valid_utf8
+from keras_bert.tokenizer import same_batch
 
 NO_POSITION = -1  # character offset of positions off the passage (a Python int: no tensor at import)
 
@@ -82,7 +83,8 @@ class SpanWindows(BertPreprocessor):
         answers also `start_positions` and `end_positions` int32 (windows,), 0 ([CLS]) when
         the answer is not inside the window.
         """
-        question_ids = self.tokenizer(questions)[:, : self.max_query_length]
+        with tf.control_dependencies([same_batch(questions, contexts, "questions and passages")]):
+            question_ids = self.tokenizer(questions)[:, : self.max_query_length]
         context_ids, char_starts, char_ends = self.tokenizer.tokenize_with_offsets(contexts)
         query_lengths = question_ids.row_lengths()
         doc_lengths = context_ids.row_lengths()

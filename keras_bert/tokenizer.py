@@ -210,6 +210,20 @@ def _trim_lengths(first_lengths, second_lengths, budget):
     return first, tf.minimum(second_lengths, budget - first)
 
 
+def same_batch(first, second, what):
+    """An op that fails unless `first` and `second` (tensors, ragged or not) have as many rows,
+    to run before what pairs them; a ValueError at once where both sizes are known. Where they
+    are known only when the graph runs (an export's request), a second part of one row was
+    broadcast to every first one, silently."""
+    rows = [t.nrows() if isinstance(t, tf.RaggedTensor) else tf.shape(t)[0]
+            for t in (first, second)]  # fmt: skip
+    known = [tf.get_static_value(r) for r in rows]
+    message = f"{what} differ in batch size: give one of each per example"
+    if None not in known and known[0] != known[1]:
+        raise ValueError(f"{message} (got {known[0]} and {known[1]})")
+    return tf.debugging.assert_equal(rows[0], tf.cast(rows[1], rows[0].dtype), message=message)
+
+
 def _check_segment(segment, name):
     """Refuses what BertPacker cannot pack: anything but a ragged (batch, (tokens))."""
     if not (isinstance(segment, tf.RaggedTensor) and segment.shape.rank == 2):
@@ -259,7 +273,8 @@ class BertPacker(keras.layers.Layer):
         if second_segment is None:
             return self._pack_one(segments[0])
         segments.append(tf.cast(second_segment, tf.int32))
-        first, second = (tf.cast(s.row_lengths(), tf.int64) for s in segments)
+        with tf.control_dependencies([same_batch(*segments, "BertPacker's two segments")]):
+            first, second = (tf.cast(s.row_lengths(), tf.int64) for s in segments)
         lengths = list(_trim_lengths(first, second, self.sequence_length - 3))
         return self._pack(segments, lengths)
 

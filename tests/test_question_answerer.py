@@ -102,6 +102,13 @@ def test_question_answerer_bounds_the_windows_of_a_long_passage(tiny_checkpoint)
     first_windows = long[: int(result["candidates"]["char_ends"].max()) + 1]
     assert result["answer"][0] in first_windows  # an answer from what was read
     assert model.preprocessor.get_config()["max_windows"] == 3
+    # Two questions, one passage, sizes known only when the graph runs (as served): an op
+    # error with an index ("indices[1] = 1 is not in [0, 1)") before.
+    texts = tf.TensorSpec([None], tf.string)
+    answer = tf.function(model.answer, input_signature=[texts, texts])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="questions and passages differ in "
+                                                             "batch size"):  # fmt: skip
+        answer(tf.constant(["who?", "where?"]), tf.constant(["a short passage"]))
 
 
 def test_span_and_tag_models_leave_the_pooler_out_of_training(tiny_checkpoint):

@@ -263,6 +263,28 @@ def test_packer_refuses_what_is_not_a_batch_of_token_lists(minilm_dir):
     assert packer(batch, batch)["input_word_ids"].shape == (2, 8)
 
 
+def test_packer_refuses_segments_of_different_batch_sizes(minilm_dir):
+    """A second segment of one row was broadcast to every first one: a pair classifier's
+    export, asked with two sentence1 and one sentence2, answered twice for the one pair."""
+    tokenizer = BertTokenizer.from_checkpoint(minilm_dir)
+    packer = BertPacker.from_tokenizer(tokenizer, sequence_length=8)
+    first, second = tokenizer(tf.constant(["a fine film", "dull"])), tokenizer(tf.constant(["x"]))
+    with pytest.raises(ValueError, match="two segments differ in batch size: give one of each "
+                                         r"per example \(got 2 and 1\)"):  # fmt: skip
+        packer(first, second)
+    texts = tf.TensorSpec([None], tf.string)  # sizes known only when the graph runs
+
+    @tf.function(input_signature=[texts, texts])
+    def pack(a, b):
+        return packer(tokenizer(a), tokenizer(b))
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="two segments differ in batch size"):
+        pack(tf.constant(["a fine film", "dull"]), tf.constant(["x"]))
+    pairs = tf.constant(["a fine film", "dull"]), tf.constant(["x", "y"])
+    eager = packer(*[tokenizer(t) for t in pairs])
+    np.testing.assert_array_equal(pack(*pairs)["input_word_ids"], eager["input_word_ids"])
+
+
 @pytest.mark.parametrize("pad_to_sequence_length", [False, True])
 def test_one_segment_packs_as_the_general_packing_does(pad_to_sequence_length):
     """A single segment has a packing of its own (fewer ops); it must build what the general
