@@ -5,6 +5,7 @@ core TensorFlow plus `NormalizeUTF8` and `FastWordpieceTokenizeWithOffsets` from
 tensorflow-text, which TF Serving 2.12 and later carry.
 """
 
+import numbers
 import os
 
 import keras
@@ -85,6 +86,7 @@ class BertTokenizer(keras.layers.Layer):
 
     # The vocabulary travels as an asset (vocab.txt inside a .keras file), not in the config.
     def save_assets(self, dir_path):
+        self._check_vocabulary()
         with open(os.path.join(dir_path, "vocab.txt"), "w", encoding="utf-8") as f:
             f.write("\n".join(self.vocabulary) + "\n")
 
@@ -97,28 +99,34 @@ class BertTokenizer(keras.layers.Layer):
         vocab_file, lower_case = find_vocabulary(path, do_lower_case)
         return cls(vocab_file, do_lower_case=lower_case)
 
+    def _check_vocabulary(self):
+        if self.vocabulary is None:  # made without one, and none loaded since
+            raise ValueError("this BertTokenizer has no vocabulary: pass one (a list of tokens "
+                             "or the path of a vocab.txt) or call set_vocabulary")  # fmt: skip
+
     def token_id(self, token):
+        self._check_vocabulary()
         return self._token_ids[token]
 
     @property
     def pad_id(self):
-        return self._token_ids["[PAD]"]
+        return self.token_id("[PAD]")
 
     @property
     def cls_id(self):
-        return self._token_ids["[CLS]"]
+        return self.token_id("[CLS]")
 
     @property
     def sep_id(self):
-        return self._token_ids["[SEP]"]
+        return self.token_id("[SEP]")
 
     @property
     def mask_id(self):
-        return self._token_ids["[MASK]"]
+        return self.token_id("[MASK]")
 
     @property
     def unk_id(self):
-        return self._token_ids["[UNK]"]
+        return self.token_id("[UNK]")
 
     def call(self, inputs):
         """Token ids only. A batch of printable ASCII texts (the common case) needs only
@@ -126,6 +134,7 @@ class BertTokenizer(keras.layers.Layer):
         (`text_cleaning.clean`: a few ops for the batch rather than one pass per character; the
         same text, checked on 21,980 real texts and 20,000 random ones). One `tf.cond` for the whole batch:
         splitting its rows between the two made every batch slower."""
+        self._check_vocabulary()
         inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
         printable = all_printable_ascii(inputs)
         cleaned = tf.cond(printable, lambda: self._lowered(inputs),
@@ -144,6 +153,7 @@ class BertTokenizer(keras.layers.Layer):
         its place, one byte each: WordPiece's byte offsets are the character offsets. Any other
         batch is cleaned character by character (`_offsets_by_character`).
         """
+        self._check_vocabulary()
         inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
         if inputs.shape.rank != 1:
             return self._offsets_of_any_shape(inputs)
@@ -227,10 +237,13 @@ def same_batch(first, second, what):
 def _check_segment(segment, name):
     """Refuses what BertPacker cannot pack: anything but a ragged (batch, (tokens))."""
     if not (isinstance(segment, tf.RaggedTensor) and segment.shape.rank == 2):
-        kind = "ragged" if isinstance(segment, tf.RaggedTensor) else "dense"
+        if isinstance(segment, tf.RaggedTensor) or tf.is_tensor(segment):
+            kind = "ragged" if isinstance(segment, tf.RaggedTensor) else "dense"
+            got = f"a {kind} tensor of shape {segment.shape}"
+        else:  # texts, say: the packer takes the tokenizer's ids
+            got = f"a {type(segment).__name__}, not token ids"
         raise ValueError(f"BertPacker's {name} segment must be ragged (batch, (tokens)), as "
-                         "BertTokenizer gives for texts of shape (batch,); got a "
-                         f"{kind} tensor of shape {segment.shape}")
+                         f"BertTokenizer gives for texts of shape (batch,); got {got}")
 
 
 @_SERIALIZABLE
@@ -252,8 +265,9 @@ class BertPacker(keras.layers.Layer):
         super().__init__(**kwargs)
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
-        if sequence_length < 3:
-            raise ValueError(f"sequence_length must be at least 3, got {sequence_length}")
+        if not isinstance(sequence_length, numbers.Integral) or sequence_length < 3:
+            raise ValueError(f"sequence_length must be a whole number of at least 3, got "
+                             f"{sequence_length!r}")  # fmt: skip
         self.cls_id = cls_id
         self.sep_id = sep_id
         self.pad_id = pad_id

@@ -117,6 +117,19 @@ def test_bad_vocab_files(tmp_path):
         BertTokenizer(TINY_VOCAB + ["cat"])
 
 
+def test_a_tokenizer_without_a_vocabulary_says_so(tmp_path):
+    """BertTokenizer() (what Keras builds before loading a saved vocabulary) failed with
+    AttributeError '_wordpiece' when called, and TypeError when saved."""
+    empty = BertTokenizer()
+    for use in (lambda: empty(["a text"]), lambda: empty.tokenize_with_offsets(["a text"]),
+                lambda: empty.cls_id, lambda: empty.save_assets(str(tmp_path))):  # fmt: skip
+        with pytest.raises(ValueError, match="has no vocabulary: pass one .* or call "
+                                             "set_vocabulary"):  # fmt: skip
+            use()
+    empty.set_vocabulary(TINY_VOCAB)
+    assert empty(["the cat"]).to_list() == [[TINY_VOCAB.index("the"), TINY_VOCAB.index("cat")]]
+
+
 def test_a_vocabulary_saved_with_windows_line_ends_reads_the_same(tmp_path):
     crlf = tmp_path / "crlf.txt"
     crlf.write_bytes(("\r\n".join(TINY_VOCAB) + "\r\n").encode())
@@ -260,6 +273,13 @@ def test_packer_refuses_what_is_not_a_batch_of_token_lists(minilm_dir):
         with pytest.raises(ValueError, match=rf"{name} segment must be ragged \(batch, "
                                              rf"\(tokens\)\).*got a {what} tensor"):
             packer(*bad)
+    with pytest.raises(ValueError, match=r"first segment must be ragged .* got a list, not token "
+                                         "ids"):  # fmt: skip
+        packer(["a fine film"])  # was AttributeError: 'list' object has no attribute 'shape'
+    for length in (2, None, 8.5):  # None was a TypeError from the comparison
+        with pytest.raises(ValueError, match=f"sequence_length must be a whole number of at "
+                                             f"least 3, got {length}"):  # fmt: skip
+            BertPacker.from_tokenizer(tokenizer, sequence_length=length)
     assert packer(batch, batch)["input_word_ids"].shape == (2, 8)
 
 
