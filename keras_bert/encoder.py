@@ -7,6 +7,19 @@ from keras_bert.config import BertConfig
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 
+# What Keras's functional Model takes besides its graph. It drops any other keyword argument
+# without a word, so a misspelt one ("hiden_size", "num_clases") built a model with the default.
+MODEL_ARGUMENTS = {"name", "trainable"}
+
+
+def refuse_unknown_arguments(model, kwargs, takes):
+    """Raises TypeError for keyword arguments of a functional model's constructor that neither
+    it nor Keras's Model takes; `takes` says what it does take."""
+    unknown = sorted(set(kwargs) - MODEL_ARGUMENTS)
+    if unknown:
+        raise TypeError(f"{type(model).__name__} got unexpected argument(s) "
+                        f"{', '.join(unknown)}: it takes {takes}")  # fmt: skip
+
 
 @keras.saving.register_keras_serializable(package="keras_bert")
 class BertEncoder(keras.Model):
@@ -57,6 +70,9 @@ class BertEncoder(keras.Model):
     ):
         # Blocks and pooler get the encoder's policy explicitly (recorded in get_config), so a
         # mixed-precision encoder reloads as one whatever the global policy is at load time.
+        refuse_unknown_arguments(self, kwargs, "bert_config.json's fields (BertConfig), dtype, "
+                                 "keep_outputs, name and trainable; a whole config.json's dict "
+                                 "goes through BertConfig.from_dict(values).to_dict()")  # fmt: skip
         policy = keras.dtype_policies.get(dtype) if dtype else keras.config.dtype_policy()
         config = BertConfig(
             vocab_size=vocab_size,

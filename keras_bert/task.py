@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from keras_bert import batching, distribute, optimization
+from keras_bert.encoder import refuse_unknown_arguments
 from keras_bert.servable import ServableModel
 
 
@@ -41,6 +42,11 @@ class BertTask(ServableModel):
     # A task whose head reads only sequence_output (spans, tags) leaves the pooler out of
     # training: it gets no gradient, and Keras would warn of that at every fit.
     trains_pooler = True
+
+    def __init__(self, inputs, outputs, **kwargs):
+        refuse_unknown_arguments(self, kwargs, f"the arguments of {type(self).__name__}'s "
+                                 "constructor (or its from_checkpoint), name and trainable")
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
 
     @property
     def trainable_weights(self):

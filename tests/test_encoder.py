@@ -127,6 +127,16 @@ def test_mixed_precision_encoder_reloads_mixed_whatever_the_global_policy(tmp_pa
 def test_config_round_trip(tiny_encoder):
     clone = BertEncoder.from_config(tiny_encoder.get_config())
     assert clone.config == tiny_encoder.config == BertConfig(**TINY)
+    # Keras's functional Model dropped unknown keyword arguments: a misspelt field built an
+    # encoder of the default size (hidden 768) without a word.
+    with pytest.raises(TypeError, match="unexpected argument.* hiden_size: it takes "
+                                        "bert_config.json's fields"):  # fmt: skip
+        BertEncoder(**{**TINY, "hiden_size": 24})
+    config_json = {**TINY, "model_type": "bert", "pad_token_id": 0, "hidden_act": "gelu",
+                   "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+                   "type_vocab_size": 2, "initializer_range": 0.02}  # fmt: skip
+    assert BertEncoder(**BertConfig.from_dict(config_json).to_dict()).config == BertConfig(
+        **TINY)  # fmt: skip
 
 
 def test_an_encoder_keeps_only_the_outputs_asked(tiny_encoder):

@@ -248,6 +248,17 @@ def test_bad_model_settings_are_refused_in_one_line(tiny_checkpoint):
     model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=np.int64(3),
                                                       sequence_length=16)  # fmt: skip
     assert model.predict(SENTENCES, verbose=0).shape == (4, 3)
+    # Keras's functional Model dropped a keyword argument it did not know: a misspelt setting
+    # built the model with the default (here 2 classes) without a word.
+    for model_class, kwargs in [(keras_bert.BertClassifier, dict(num_clases=3)),
+                                (keras_bert.BertTokenClassifier, dict(tags=["O"], dropuot=0.2)),
+                                (keras_bert.BertPretrainer, dict(masked_lm_porb=0.2))]:  # fmt: skip
+        message = f"{model_class.__name__} got unexpected argument.* {list(kwargs)[-1]}: it takes"
+        with pytest.raises(TypeError, match=message):
+            model_class.from_checkpoint(tiny_checkpoint, sequence_length=16, **kwargs)
+    named = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, sequence_length=16,
+                                                      name="mine", trainable=False)  # fmt: skip
+    assert (named.name, named.trainable) == ("mine", False)
 
 
 def test_one_model_fits_without_then_with_sample_weights(classifier):
