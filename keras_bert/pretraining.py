@@ -170,6 +170,15 @@ def sentence_pairs(documents, seed=None):
       documents: a list of documents, each a list of sentences (str).
     Returns (first sentences, second sentences, labels): lists; label 1 means "random".
     """
+    for d, document in enumerate(documents):
+        if isinstance(document, (str, bytes)) or not hasattr(document, "__iter__"):
+            # a string would be read as a document of one-character sentences
+            raise ValueError(f"documents[{d}] is a {type(document).__name__}: give each "
+                             "document as a list of sentences (strings)")  # fmt: skip
+        for i, sentence in enumerate(document):
+            if not isinstance(sentence, str):
+                raise ValueError(f"documents[{d}][{i}] is {sentence!r}: sentences must be "
+                                 "strings")  # fmt: skip
     documents = [[s for s in document if s.strip()] for document in documents]
     if sum(1 for document in documents if document) < 2:
         raise ValueError("sentence_pairs needs at least two documents with text (the random "

@@ -41,6 +41,13 @@ def test_sentence_pairs_are_real_next_or_from_another_document():
     assert keras_bert.sentence_pairs(docs, seed=3) == (firsts, seconds, labels)
     with pytest.raises(ValueError, match="at least two documents"):
         keras_bert.sentence_pairs([["one.", "two."]])
+    # Documents given as strings were read as documents of one-character sentences.
+    with pytest.raises(ValueError, match=r"documents\[0\] is a str: give each document as a "
+                                         "list of sentences"):  # fmt: skip
+        keras_bert.sentence_pairs(["The cat sat.", "A dog barked."])
+    with pytest.raises(ValueError, match=r"documents\[1\]\[0\] is None: sentences must be "
+                                         "strings"):  # fmt: skip
+        keras_bert.sentence_pairs([["one.", "two."], [None, "three."]])  # was AttributeError
 
 
 def test_masking_picks_15_percent_of_real_tokens_and_splits_them_80_10_10(pretrainer):
