@@ -40,10 +40,15 @@ def _as_tensors(value, what):
 
 
 def _first_odd(values):
-    """', x[i] is <value>' for the first item of a list whose type differs from the first's,
-    or for a None: what made the list no tensor."""
+    """' (item i is <value>)' for the first item of a list whose type differs from the first's,
+    or for a None, or ' (item i has n entries, ...)' for a list of lists of different lengths
+    (a multiple-choice example's endings): what made the list no tensor."""
     if not isinstance(values, list) or not values:
         return ""
+    if isinstance(values[0], (list, tuple)):
+        for i, value in enumerate(values):
+            if isinstance(value, (list, tuple)) and len(value) != len(values[0]):
+                return f" (item {i} has {len(value)} entries, item 0 {len(values[0])})"
     kind = str if isinstance(values[0], (str, bytes)) else type(values[0])
     for i, value in enumerate(values):
         if value is None or not isinstance(value, kind):

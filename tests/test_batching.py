@@ -92,7 +92,7 @@ def test_labels_may_change_rank_between_fits(classifier):
         classifier.evaluate(dataset, verbose=0)
 
 
-def test_data_that_is_no_tensor_is_refused_in_one_line(classifier, tmp_path):
+def test_data_that_is_no_tensor_is_refused_in_one_line(classifier, tiny_checkpoint, tmp_path):
     for x, message in [
         (["a film", None], r"x cannot be read as a tensor \(item 1 is None\)"),
         (["a film", 3], r"\(item 1 is 3\): give strings of one kind"),
@@ -100,6 +100,11 @@ def test_data_that_is_no_tensor_is_refused_in_one_line(classifier, tmp_path):
     ]:
         with pytest.raises(ValueError, match=message):
             classifier.predict(x, verbose=0)
+    choices = keras_bert.BertMultipleChoice.from_checkpoint(tiny_checkpoint, num_choices=2,
+                                                            sequence_length=16)  # fmt: skip
+    with pytest.raises(ValueError, match=r"x cannot be read as a tensor \(item 1 has 3 entries, "
+                                         r"item 0 2\)"):  # fmt: skip
+        choices.predict((["a cat", "a dog"], [["sat", "flew"], ["ran", "sat", "flew"]]), verbose=0)
     with pytest.raises(ValueError, match=r"y cannot be read as a tensor \(item 1 is None\)"):
         batching.in_memory(SENTENCES[:2], [0, None])
     with pytest.raises(ValueError, match=r"model.h5: a task model saves as one .keras file"):
