@@ -2,6 +2,8 @@
 layer-wise learning-rate decay."""
 
 import dataclasses
+import math
+import numbers
 import re
 
 import keras
@@ -135,7 +137,8 @@ def create_optimizer(
     """AdamW on a warmup + linear-decay schedule, clipping the global gradient norm; with
     `layer_decay` < 1, each variable's learning rate is also scaled by `layer_rate`."""
     schedule = WarmupLinearDecay(learning_rate, total_steps, warmup_steps)
-    return AdamW(schedule, weight_decay=weight_decay, layer_decay=layer_decay or 1.0,
+    layer_decay = 1.0 if layer_decay is None else layer_decay  # 0 is refused, not "none"
+    return AdamW(schedule, weight_decay=weight_decay, layer_decay=layer_decay,
                  epsilon=epsilon, global_clipnorm=clipnorm)  # fmt: skip
 
 
@@ -149,6 +152,27 @@ class Recipe:
     weight_decay: float
     clipnorm: float
     layer_decay: float | None = None
+
+    def __post_init__(self):
+        """Refuses settings that would train silently wrong (a NaN or negative rate, a
+        negative decay, a clipping norm of 0) in one line naming the argument."""
+        def number(value):
+            return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+                    and math.isfinite(value))  # fmt: skip
+
+        for name, good, what in [
+            ("learning_rate", lambda v: number(v) and v > 0, "a finite number above 0"),
+            ("warmup_proportion", lambda v: number(v) and 0 <= v <= 1, "a fraction from 0 to 1"),
+            ("weight_decay", lambda v: number(v) and v >= 0, "a finite number of at least 0"),
+            ("clipnorm", lambda v: v is None or (number(v) and v > 0),
+             "a finite number above 0, or None for no clipping"),
+            ("layer_decay", lambda v: v is None or (number(v) and 0 < v <= 1),
+             "a number in (0, 1], or None for none"),
+        ]:  # fmt: skip
+            value = getattr(self, name)
+            if not good(value):
+                raise ValueError(f"{name} must be {what}, got {value!r}")
+        self.learning_rate = float(self.learning_rate)  # Keras takes no int rate
 
     def optimizer(self, total_steps):
         """`create_optimizer` for a run of `total_steps`, warming up over its proportion."""

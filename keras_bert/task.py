@@ -9,6 +9,7 @@ runs it inside Keras' predict step; an export runs it inside its serving functio
 the same everywhere.
 """
 
+import numbers
 import os
 import warnings
 
@@ -125,11 +126,16 @@ class BertTask(ServableModel):
         if optimizer == "auto":
             recipe = optimization.Recipe(learning_rate, warmup_proportion, weight_decay, clipnorm,
                                          layer_decay)  # fmt: skip
-            if total_steps:
+            if total_steps is not None:
+                whole = isinstance(total_steps, numbers.Integral) and not isinstance(
+                    total_steps, bool)  # fmt: skip
+                if not (whole and total_steps >= 1):
+                    raise ValueError(f"total_steps must be a whole number of at least 1 (or "
+                                     f"None: fit counts them), got {total_steps!r}")  # fmt: skip
                 optimizer = recipe.optimizer(total_steps)
             else:
                 self._pend_recipe((recipe, dict(loss=loss, metrics=metrics, **kwargs)))
-                optimizer = keras.optimizers.AdamW(learning_rate)  # replaced when fit starts
+                optimizer = keras.optimizers.AdamW(recipe.learning_rate)  # replaced in fit
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def _pend_recipe(self, pending):

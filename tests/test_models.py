@@ -202,6 +202,27 @@ def test_compile_auto_counts_the_steps_of_its_warmup_and_decay(classifier):
     assert float(classifier.optimizer.learning_rate) == 0.0  # decayed to 0 at the last step
 
 
+def test_compile_refuses_recipe_settings_that_would_train_wrongly(classifier):
+    """Each of these compiled and trained without a word: a NaN rate made every weight NaN, a
+    negative one or a negative decay trained away from the targets, a clipping norm of 0
+    stopped training, layer_decay=0 meant none, total_steps=0 was counted again by fit."""
+    for kwargs, message in [
+        (dict(learning_rate=float("nan")), "learning_rate must be a finite number above 0"),
+        (dict(learning_rate=-1e-3), "learning_rate .* got -0.001"),
+        (dict(warmup_proportion=-0.1), "warmup_proportion must be a fraction from 0 to 1"),
+        (dict(weight_decay=-1.0), "weight_decay must be a finite number of at least 0"),
+        (dict(clipnorm=0), "clipnorm must be a finite number above 0, or None"),
+        (dict(layer_decay=0), r"layer_decay must be a number in \(0, 1\], or None"),
+        (dict(total_steps=0), "total_steps must be a whole number of at least 1"),
+        (dict(total_steps=2.5), "total_steps .* got 2.5"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            classifier.compile(**kwargs)
+    classifier.compile(learning_rate=1, clipnorm=None, total_steps=4)  # an int rate is a rate
+    assert float(classifier.optimizer.learning_rate) == 1.0  # 10% of 4 steps: no warmup
+    assert classifier.optimizer.global_clipnorm is None
+
+
 def test_a_model_compiled_again_reports_its_new_metrics(classifier):
     """compile() keeps its recipe until fit counts the steps; its metrics were kept where Keras
     tracked them as the model's own, so a second compile (with total_steps, say) reported the
