@@ -138,6 +138,14 @@ class BertTask(ServableModel):
                 optimizer = keras.optimizers.AdamW(recipe.learning_rate)  # replaced in fit
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
+    def _check_can_train(self):
+        check_weights_can_change()
+        if self.encoder.policy.name in ("bfloat16", "float16"):  # not mixed: stored so
+            raise ValueError(f"this model stores its weights in {self.encoder.policy.name} for "
+                             "inference (with_precision(..., for_inference=True)) and cannot "
+                             "train; train the model it was made from, or "
+                             f"with_precision({self.encoder.policy.name!r}) (mixed precision)")
+
     def _pend_recipe(self, pending):
         """Keeps (optimization.Recipe, compile's other arguments) until fit counts the steps.
         Kept outside Keras's attribute tracking: tracked, the pending metrics became the model's
@@ -156,7 +164,7 @@ class BertTask(ServableModel):
         """Keras `fit` on raw data: x a list or array of strings (a pair of them for pair
         tasks), y the targets; or x a batched tf.data.Dataset of (strings, targets).
         `validation_split` (data in memory only) validates on the last examples, as Keras's."""
-        check_weights_can_change()
+        self._check_can_train()
         if kwargs.get("validation_split"):
             if validation_data is not None:
                 raise ValueError("pass validation_data or validation_split, not both")
@@ -226,7 +234,7 @@ class BertTask(ServableModel):
                        return_dict=False):  # fmt: skip
         """Keras `train_on_batch` on one batch of raw data (as `fit` takes it). The recipe's
         schedule needs its length: compile(total_steps=...) first, or pass an optimizer."""
-        check_weights_can_change()
+        self._check_can_train()
         if not self.compiled:
             self.compile()
         if getattr(self, "_recipe", None) is not None:

@@ -202,6 +202,19 @@ def test_compile_auto_counts_the_steps_of_its_warmup_and_decay(classifier):
     assert float(classifier.optimizer.learning_rate) == 0.0  # decayed to 0 at the last step
 
 
+def test_a_model_with_weights_stored_for_inference_refuses_to_train(classifier):
+    """with_precision(..., for_inference=True) stores bfloat16 weights; its fit failed with
+    TensorFlow's "Input 'y' of 'Mul' Op has type float32 that does not match type bfloat16"."""
+    stored = classifier.with_precision("bfloat16", for_inference=True)
+    for train in (lambda: stored.fit(SENTENCES, LABELS, verbose=0),
+                  lambda: stored.train_on_batch(SENTENCES, LABELS)):  # fmt: skip
+        message = r"stores its weights in bfloat16 for inference .* with_precision\('bfloat16'\)"
+        with pytest.raises(ValueError, match=message):
+            train()
+    assert stored.predict(SENTENCES, verbose=0).shape == (4, 2)
+    classifier.with_precision("bfloat16").fit(SENTENCES, LABELS, verbose=0)
+
+
 def test_compile_refuses_recipe_settings_that_would_train_wrongly(classifier):
     """Each of these compiled and trained without a word: a NaN rate made every weight NaN, a
     negative one or a negative decay trained away from the targets, a clipping norm of 0
