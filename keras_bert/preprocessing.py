@@ -93,8 +93,11 @@ class BertPreprocessor(keras.layers.Layer):
         elif not isinstance(x, (tuple, list)) or not x or isinstance(x[0], (str, bytes)):
             x = [x]  # one list of texts, not a tuple of segments
         if len(x) != self.num_segments:
+            # A tf.data element (first, second) reads as (x, y): a pair's x must be nested.
+            nested = " (a tf.data.Dataset's element (first, second) reads as (x, y): make it " \
+                "((first, second),))" if len(x) < self.num_segments else ""
             raise ValueError(f"this model takes {self.num_segments} text(s) per example, got "
-                             f"{len(x)}; pass {self._expected()}")  # fmt: skip
+                             f"{len(x)}; pass {self._expected()}{nested}")  # fmt: skip
         texts = [_texts(t, "texts") for t in x]
         for t in texts:
             if t.shape.rank != 1:

@@ -94,10 +94,23 @@ class BertTokenClassifier(BertTask):
 
     def preprocess_batch(self, x, y=None, sample_weight=None):
         sentences = self.preprocessor.segments(x)[0]
+        if sample_weight is not None:  # a sentence's weight on each of its tokens' losses
+            sample_weight = tf.reshape(tf.cast(sample_weight, tf.float32), (-1, 1))
         if y is None:
             return self.preprocessor.encode(sentences), None, sample_weight
+        if y.dtype == tf.string:  # a Dataset's tags, as strings (tags given in memory: tag_ids)
+            y = self._tag_ids_in_graph(y)
         inputs, labels = self.preprocessor.encode(sentences, y)
         return inputs, labels, sample_weight
+
+    def _tag_ids_in_graph(self, word_tags):
+        """Ragged tag strings -> their ids, a tag the model lacks refused (in the graph)."""
+        flat = word_tags.flat_values
+        match = tf.equal(flat[:, None], tf.constant(self.tags)[None, :])  # (tags, known tags)
+        tf.debugging.assert_equal(tf.reduce_all(tf.reduce_any(match, axis=1)), True,
+                                  message="a tag is not one of the model's tags")  # fmt: skip
+        ids = tf.argmax(tf.cast(match, tf.int32), axis=1, output_type=tf.int32)
+        return word_tags.with_flat_values(ids)
 
     def tag(self, sentences):
         """tf.string (batch,) -> `word_tags` (ragged tag ids) and the entities, padded:

@@ -135,6 +135,11 @@ def test_question_answerer_takes_raw_data_in_every_entry_point(tiny_checkpoint):
     np.testing.assert_allclose(history["val_loss"], [loss], rtol=1e-5)
     model.train_on_batch(x, np.array(y).T)  # rows of (start, end) too
     answers = model.predict(x, verbose=0)
+    pairs = tf.data.Dataset.from_tensor_slices(x).batch(2)  # elements (question, passage)
+    with pytest.raises(ValueError, match=r"reads as \(x, y\): make it \(\(first, second\),\)"):
+        model.predict(pairs, verbose=0)
+    nested = tf.data.Dataset.from_tensor_slices((x,)).batch(2)
+    assert model.predict(nested, verbose=0)["answer"].tolist() == answers["answer"].tolist()
     on_batch = model.predict_on_batch(x)
     assert on_batch["answer"].tolist() == answers["answer"].tolist()
     np.testing.assert_allclose(on_batch["score"], answers["score"], rtol=1e-5)
@@ -157,5 +162,19 @@ def test_token_classifier_takes_raw_data_in_every_entry_point(tiny_checkpoint):
     assert model.test_on_batch(sentences[2:], tags[2:]) == pytest.approx(last, rel=1e-5)
     model.train_on_batch(sentences, tags)
     assert model.predict_on_batch(sentences) == model.predict(sentences, verbose=0)
+    # A sentence's weight applies to each of its words' losses (Keras averages over the
+    # batch's tagged words: 5 + 6 + 5 + 6); a (batch,) weight failed against the (batch, seq)
+    # loss with an InvalidArgumentError.
+    alone = model.evaluate(sentences[:1], tags[:1], verbose=0, return_dict=True)["loss"]
+    weighted = model.evaluate(sentences, tags, sample_weight=[1, 0, 0, 0], verbose=0)
+    assert weighted == pytest.approx(alone * 5 / 22, rel=1e-5)
+    # A Dataset's tags as strings (it failed: "Cast string to int32 is not supported").
+    dataset = tf.data.Dataset.from_tensor_slices((sentences, tf.ragged.constant(tags))).batch(4)
+    assert model.evaluate(dataset, verbose=0) == pytest.approx(model.evaluate(
+        sentences, tags, verbose=0), rel=1e-5)  # fmt: skip
+    unknown = tf.data.Dataset.from_tensor_slices((sentences[:1], tf.ragged.constant(
+        [["O", "B-ORG", "O", "O", "O"]]))).batch(1)  # fmt: skip
+    with pytest.raises(tf.errors.InvalidArgumentError, match="a tag is not one of the model"):
+        model.evaluate(unknown, verbose=0)
     with pytest.raises(ValueError, match="tag 'B-ORG' is not one of the model's tags"):
         model.train_on_batch(sentences[:1], [["B-ORG", "O", "O", "O", "O"]])
