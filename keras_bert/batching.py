@@ -111,20 +111,20 @@ def check_class_ids(y, count, what="label"):
                          f"whole numbers from 0 to {count - 1}")
 
 
-def _check_sample_weights(sample_weight):
-    """One line for the first sample weight that is not a finite number of at least 0: a NaN
-    weight makes the loss NaN, a negative one trains away from its target."""
+def check_sample_weights(sample_weight, name="sample_weight"):
+    """One line for the first weight that is not a finite number of at least 0: a NaN weight
+    makes the loss NaN, a negative one trains away from its target."""
     parts = sample_weight.values() if isinstance(sample_weight, dict) else [sample_weight]
     for part in parts:
         try:
             values = np.asarray(part, dtype="float64").reshape(-1)
         except (TypeError, ValueError):
-            raise ValueError("sample_weight must be numbers, one per example") from None
+            raise ValueError(f"{name} must be numbers, one per example") from None
         bad = ~np.isfinite(values) | (values < 0)
         if bad.any():
             index = int(np.argmax(bad))
-            raise ValueError(f"sample_weight[{index}] is {values[index]}: weights must be "
-                             "finite numbers of at least 0")  # fmt: skip
+            raise ValueError(f"{name}[{index}] is {values[index]}: weights must be finite "
+                             "numbers of at least 0")  # fmt: skip
 
 
 def in_memory(x, y=None, sample_weight=None, check_x=None, check_targets=None):
@@ -153,7 +153,7 @@ def in_memory(x, y=None, sample_weight=None, check_x=None, check_targets=None):
     if y is not None and check_targets is not None:
         check_targets(x, y)
     if sample_weight is not None:
-        _check_sample_weights(sample_weight)
+        check_sample_weights(sample_weight)
     y, sample_weight = [None if v is None else _as_tensors(v, name)
                         for v, name in ((y, "y"), (sample_weight, "sample_weight"))]  # fmt: skip
     return x, y, sample_weight

@@ -106,6 +106,9 @@ class BertClassifier(BertTask):
             return keras.losses.MeanSquaredError()
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
+    def class_count(self):
+        return None if self.num_classes == 1 else self.num_classes
+
     def default_metrics(self):
         return [] if self.num_classes == 1 else [keras.metrics.SparseCategoricalAccuracy("accuracy")]
 
@@ -181,6 +184,9 @@ class BertMultipleChoice(BertTask):
 
     def default_loss(self):
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def class_count(self):
+        return self.num_choices
 
     def default_metrics(self):
         return [keras.metrics.SparseCategoricalAccuracy("accuracy")]

@@ -148,6 +148,8 @@ class BertPretrainer(BertTask):
         return (x, {"masked_lm": inputs["masked_lm_ids"], "next_sentence": labels},
                 {"masked_lm": weights, "next_sentence": tf.ones_like(weights[:, 0])})  # fmt: skip
 
+    takes_sample_weight = False
+
     def check_targets(self, x, y):
         if not isinstance(y, dict):  # pre-made instances bring their masked-LM targets too
             check_class_ids(y, 2, what="next-sentence label")

@@ -43,6 +43,12 @@ class BertTask(ServableModel):
     # A task whose head reads only sequence_output (spans, tags) leaves the pooler out of
     # training: it gets no gradient, and Keras would warn of that at every fit.
     trains_pooler = True
+    # Whether `sample_weight` is taken (the pretrainer weighs its predictions itself).
+    takes_sample_weight = True
+
+    def class_count(self):
+        """The classes `class_weight` weighs: a single label per example's, else None."""
+        return None
 
     def __init__(self, inputs, outputs, **kwargs):
         refuse_unknown_arguments(self, kwargs, f"the arguments of {type(self).__name__}'s "
@@ -146,6 +152,26 @@ class BertTask(ServableModel):
                              "train; train the model it was made from, or "
                              f"with_precision({self.encoder.policy.name!r}) (mixed precision)")
 
+    def _check_weights(self, sample_weight=None, class_weight=None):
+        """Refuses weights the model cannot apply, before any graph runs: Keras applies a
+        class_weight missing a class with an index error mid-epoch, and applies none at all to
+        a model with several outputs or a label per token."""
+        name = type(self).__name__
+        if sample_weight is not None and not self.takes_sample_weight:
+            raise ValueError(f"{name} weighs its predictions itself; pass no sample_weight")
+        if class_weight is None:
+            return
+        count = self.class_count()
+        if count is None:
+            other = " (weigh examples with sample_weight)" if self.takes_sample_weight else ""
+            raise ValueError(f"{name} takes no class_weight: it has no single label per "
+                             f"example{other}")  # fmt: skip
+        keys = sorted(class_weight) if isinstance(class_weight, dict) else None
+        if keys != list(range(count)):
+            raise ValueError(f"class_weight must map each class 0 to {count - 1} to its weight, "
+                             f"got the keys {keys}")  # fmt: skip
+        batching.check_sample_weights([list(class_weight.values())], "class_weight")
+
     def _pend_recipe(self, pending):
         """Keeps (optimization.Recipe, compile's other arguments) until fit counts the steps.
         Kept outside Keras's attribute tracking: tracked, the pending metrics became the model's
@@ -165,6 +191,7 @@ class BertTask(ServableModel):
         tasks), y the targets; or x a batched tf.data.Dataset of (strings, targets).
         `validation_split` (data in memory only) validates on the last examples, as Keras's."""
         self._check_can_train()
+        self._check_weights(sample_weight, kwargs.get("class_weight"))
         if kwargs.get("validation_split"):
             if validation_data is not None:
                 raise ValueError("pass validation_data or validation_split, not both")
@@ -216,6 +243,7 @@ class BertTask(ServableModel):
 
     def evaluate(self, x=None, y=None, batch_size=None, *, sample_weight=None, **kwargs):
         """Keras `evaluate` on raw data (as `fit` takes it)."""
+        self._check_weights(sample_weight)
         if y is None and not isinstance(x, tf.data.Dataset):
             raise ValueError("evaluate needs targets: pass y (one per example), or x as a "
                              "batched tf.data.Dataset of (x, y)")  # fmt: skip
@@ -235,6 +263,7 @@ class BertTask(ServableModel):
         """Keras `train_on_batch` on one batch of raw data (as `fit` takes it). The recipe's
         schedule needs its length: compile(total_steps=...) first, or pass an optimizer."""
         self._check_can_train()
+        self._check_weights(sample_weight, class_weight)
         if not self.compiled:
             self.compile()
         if getattr(self, "_recipe", None) is not None:
@@ -246,6 +275,7 @@ class BertTask(ServableModel):
 
     def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
         """Keras `test_on_batch` on one batch of raw data (as `evaluate` takes it)."""
+        self._check_weights(sample_weight)
         if not self.compiled:
             self.compile()
         x, y, sample_weight = self._one_batch(x, y, sample_weight)

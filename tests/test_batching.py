@@ -178,3 +178,32 @@ def test_token_classifier_takes_raw_data_in_every_entry_point(tiny_checkpoint):
         model.evaluate(unknown, verbose=0)
     with pytest.raises(ValueError, match="tag 'B-ORG' is not one of the model's tags"):
         model.train_on_batch(sentences[:1], [["B-ORG", "O", "O", "O", "O"]])
+
+
+def test_weights_a_model_cannot_apply_are_refused_before_any_graph(classifier, tiny_checkpoint):
+    """A class_weight missing a class failed mid-epoch with Keras's index error ('indices[0] =
+    2 is not in [0, 2)'); the token classifier's failed the same way on its ignored positions;
+    the pretrainer's sample_weight was refused inside the traced graph, and its class_weight
+    with Keras's 'cannot class_weight and sample_weight at the same time'."""
+    classifier.compile()
+    for class_weight, message in [
+        ({0: 1.0}, r"each class 0 to 1 to its weight, got the keys \[0\]"),
+        ({0: 1.0, 1: float("nan")}, r"class_weight\[1\] is nan"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            classifier.fit(SENTENCES, LABELS, class_weight=class_weight, verbose=0)
+    classifier.fit(SENTENCES, LABELS, class_weight={0: 1.0, 1: 2.0}, verbose=0)
+    tagger = keras_bert.BertTokenClassifier.from_checkpoint(tiny_checkpoint, ["O", "B-PER"],
+                                                            sequence_length=16)  # fmt: skip
+    message = r"BertTokenClassifier takes no class_weight: .* \(weigh examples with"
+    with pytest.raises(ValueError, match=message):
+        tagger.fit(["a cat"], [["O", "B-PER"]], class_weight={0: 1.0, 1: 5.0}, verbose=0)
+    pretrainer = keras_bert.BertPretrainer.from_checkpoint(tiny_checkpoint, sequence_length=16)
+    pairs = (["the cat sat", "a dog barked"], ["on the mat", "at night"])
+    for use in (lambda: pretrainer.evaluate(pairs, [0, 1], sample_weight=[1, 0], verbose=0),
+                lambda: pretrainer.test_on_batch(pairs, [0, 1], sample_weight=[1, 0])):  # fmt: skip
+        with pytest.raises(ValueError, match="weighs its predictions itself; pass no "
+                                             "sample_weight"):  # fmt: skip
+            use()
+    with pytest.raises(ValueError, match=r"BertPretrainer takes no class_weight: .* example$"):
+        pretrainer.fit(pairs, [0, 1], class_weight={0: 1.0, 1: 1.0}, verbose=0)
