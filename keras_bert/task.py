@@ -46,10 +46,6 @@ class BertTask(ServableModel):
     # Whether `sample_weight` is taken (the pretrainer weighs its predictions itself).
     takes_sample_weight = True
 
-    def class_count(self):
-        """The classes `class_weight` weighs: a single label per example's, else None."""
-        return None
-
     def __init__(self, inputs, outputs, **kwargs):
         refuse_unknown_arguments(self, kwargs, f"the arguments of {type(self).__name__}'s "
                                  "constructor (or its from_checkpoint), name and trainable")
@@ -63,6 +59,10 @@ class BertTask(ServableModel):
             return weights
         pooler = {id(w) for w in encoder.pooler.weights}
         return [w for w in weights if id(w) not in pooler]
+
+    def class_count(self):
+        """The classes `class_weight` weighs: a single label per example's, else None."""
+        return None
 
     def check_targets(self, x, y):
         """Refuses targets given in memory (lists, arrays, tensors) that the model cannot learn
