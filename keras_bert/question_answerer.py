@@ -42,6 +42,7 @@ class BertQuestionAnswerer(BertTask):
     ENCODER_OUTPUTS = ("sequence_output",)
 
     trains_pooler = False
+    decodes_predictions = True
 
     def __init__(self, encoder, preprocessor, version_2_with_negative=False,
                  null_score_diff_threshold=0.0, **kwargs):  # fmt: skip
@@ -91,8 +92,6 @@ class BertQuestionAnswerer(BertTask):
     def default_loss(self):
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         return {"start_logits": loss, "end_logits": loss}
-
-    decodes_predictions = True
 
     def encode_targets(self, y):
         """(answer_starts, answer_ends), or rows of (start, end) -> two int64 arrays."""

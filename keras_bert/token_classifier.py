@@ -36,6 +36,7 @@ class BertTokenClassifier(BertTask):
     ENCODER_OUTPUTS = ("sequence_output",)
 
     trains_pooler = False
+    decodes_predictions = True
 
     def __init__(self, encoder, preprocessor, dropout=None, **kwargs):
         dropout = encoder.config.hidden_dropout_prob if dropout is None else dropout
@@ -65,8 +66,6 @@ class BertTokenClassifier(BertTask):
 
     def default_loss(self):
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE)
-
-    decodes_predictions = True
 
     def encode_targets(self, y):
         return y if isinstance(y, tf.RaggedTensor) else self.tag_ids(y)  # (ids already)
