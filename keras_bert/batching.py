@@ -6,6 +6,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_bert.config import whole_number
+
 
 def without_autotuning(dataset):
     """`dataset` without tf.data's autotuning thread. That thread sleeps between its
@@ -186,9 +188,8 @@ def batched(x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=
     autotuning (`without_autotuning`); data in memory is checked first (`in_memory`). A Dataset
     is taken as it is, options included (batched, with elements x, (x, y) or
     (x, y, sample_weight))."""
-    whole = isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool)
-    if batch_size is not None and not (whole and batch_size >= 1):
-        raise ValueError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
+    if batch_size is not None:
+        whole_number(batch_size, 1, "batch_size")
     if isinstance(x, tf.data.Dataset):
         if y is not None:
             raise ValueError("x is a tf.data.Dataset: put the targets in its elements, "

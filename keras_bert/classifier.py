@@ -15,18 +15,11 @@ from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import ClassifierHead, FoldChoices, MultipleChoiceHead
 from keras_bert.preprocessing import BertMultipleChoicePreprocessor, BertPreprocessor
 from keras_bert.batching import check_class_ids, class_ids
+from keras_bert.config import whole_number
 from keras_bert.pretrained import load_pretrained
 from keras_bert.task import BertTask
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
-
-
-def _count(value, least, name, note=""):
-    """`value` as an int, refused in one line unless a whole number of at least `least`."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-        raise ValueError(f"{name} must be a whole number of at least {least}{note}, got "
-                         f"{value!r}")  # fmt: skip
-    return int(value)
 
 
 def class_outputs(logits):
@@ -53,7 +46,7 @@ class BertClassifier(BertTask):
 
     def __init__(self, encoder, preprocessor, num_classes=2, labels=None, dropout=None,
                  **kwargs):  # fmt: skip
-        num_classes = _count(num_classes, 1, "num_classes", " (1 for regression)")
+        num_classes = whole_number(num_classes, 1, "num_classes", " (1 for regression)")
         if labels is not None and len(labels) != num_classes:
             raise ValueError(f"{len(labels)} labels for {num_classes} classes")
         if labels is not None and len({str(label) for label in labels}) < len(labels):
@@ -148,7 +141,7 @@ class BertMultipleChoice(BertTask):
     ENCODER_OUTPUTS = ("pooled_output_only",)
 
     def __init__(self, encoder, preprocessor, num_choices=4, dropout=None, **kwargs):
-        num_choices = _count(num_choices, 2, "num_choices")
+        num_choices = whole_number(num_choices, 2, "num_choices")
         dropout = encoder.config.hidden_dropout_prob if dropout is None else dropout
         # === Layers ===
         folds = {n: FoldChoices(name=f"fold_{n}") for n in INPUT_NAMES}

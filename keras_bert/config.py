@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import numbers
 import os
 
 # Activation names follow Hugging Face: "gelu" is the exact erf form; "gelu_new" (also spelled
@@ -9,6 +10,16 @@ import os
 # The Google checkpoint reader translates, so a loaded config always says which form it uses.
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "tanh")
 LAYER_NORM_EPSILON = 1e-12
+
+
+def whole_number(value, least, name, note=""):
+    """`value` as an int, refused in one line unless a whole number (a Python or NumPy int,
+    not a bool) of at least `least`: "{name} must be a whole number of at least {least}{note},
+    got {value!r}". For the counts and sizes the library's callers pass."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise ValueError(f"{name} must be a whole number of at least {least}{note}, got "
+                         f"{value!r}")  # fmt: skip
+    return int(value)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,6 @@ runs it inside Keras' predict step; an export runs it inside its serving functio
 the same everywhere.
 """
 
-import numbers
 import os
 import warnings
 
@@ -17,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from keras_bert import batching, distribute, optimization
+from keras_bert.config import whole_number
 from keras_bert.encoder import refuse_unknown_arguments
 from keras_bert.servable import ServableModel
 
@@ -133,11 +133,7 @@ class BertTask(ServableModel):
             recipe = optimization.Recipe(learning_rate, warmup_proportion, weight_decay, clipnorm,
                                          layer_decay)  # fmt: skip
             if total_steps is not None:
-                whole = isinstance(total_steps, numbers.Integral) and not isinstance(
-                    total_steps, bool)  # fmt: skip
-                if not (whole and total_steps >= 1):
-                    raise ValueError(f"total_steps must be a whole number of at least 1 (or "
-                                     f"None: fit counts them), got {total_steps!r}")  # fmt: skip
+                whole_number(total_steps, 1, "total_steps", " (or None: fit counts them)")
                 optimizer = recipe.optimizer(total_steps)
             else:
                 self._pend_recipe((recipe, dict(loss=loss, metrics=metrics, **kwargs)))

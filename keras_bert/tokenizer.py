@@ -5,13 +5,13 @@ core TensorFlow plus `NormalizeUTF8` and `FastWordpieceTokenizeWithOffsets` from
 tensorflow-text, which TF Serving 2.12 and later carry.
 """
 
-import numbers
 import os
 
 import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from keras_bert.config import whole_number
 from keras_bert.text_cleaning import all_printable_ascii, clean, clean_characters, valid_utf8
 from keras_bert.vocabulary import check_vocabulary, find_vocabulary, read_vocabulary
 
@@ -265,9 +265,7 @@ class BertPacker(keras.layers.Layer):
         super().__init__(**kwargs)
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
-        if not isinstance(sequence_length, numbers.Integral) or sequence_length < 3:
-            raise ValueError(f"sequence_length must be a whole number of at least 3, got "
-                             f"{sequence_length!r}")  # fmt: skip
+        whole_number(sequence_length, 3, "sequence_length")
         self.cls_id = cls_id
         self.sep_id = sep_id
         self.pad_id = pad_id
