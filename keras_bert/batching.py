@@ -162,14 +162,14 @@ def in_memory(x, y=None, sample_weight=None, check_x=None, check_targets=None):
 
 
 def split_off(fraction, x, y=None, sample_weight=None):
-    """Keras's `validation_split` on raw data in memory (`in_memory`'s checks done): ((x, y,
+    """Keras's `validation_split` on what `in_memory` returns (tensors, checked): ((x, y,
     sample_weight) to train on, (x, y, sample_weight) to validate on), the validation part the
     last `fraction` of the examples, taken before any shuffling."""
     if isinstance(fraction, bool) or not (isinstance(fraction, (int, float, np.number))
                                           and 0 < fraction < 1):  # fmt: skip
         raise ValueError(f"validation_split must be a fraction between 0 and 1, got {fraction!r}")
-    data = in_memory(x, y, sample_weight)
-    count = example_count(data[0])
+    data = (x, y, sample_weight)
+    count = example_count(x)
     at = int(np.floor(count * (1 - fraction)))
     if not 0 < at < count:
         raise ValueError(f"validation_split={fraction} of {count} examples leaves "

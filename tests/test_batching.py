@@ -33,8 +33,8 @@ def test_validation_split_validates_on_the_last_examples_as_keras_does(classifie
     first = classifier.evaluate(SENTENCES[:4], LABELS[:4], verbose=0, return_dict=True)
     assert abs(first["loss"] - last["loss"]) > 1e-4  # the two parts are told apart
     # Pairs, arrays and sample weights are split the same way.
-    train, validate = batching.split_off(0.5, (SENTENCES, SENTENCES), np.array(LABELS),
-                                         sample_weight=[1, 2, 3, 4, 5, 6])  # fmt: skip
+    train, validate = batching.split_off(0.5, *batching.in_memory(
+        (SENTENCES, SENTENCES), np.array(LABELS), sample_weight=[1, 2, 3, 4, 5, 6]))  # fmt: skip
     assert [t.numpy().tolist() for t in train[1:]] == [[1, 0, 1], [1, 2, 3]]
     assert validate[0][1].numpy().tolist() == [s.encode() for s in SENTENCES[3:]]
 
