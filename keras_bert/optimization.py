@@ -142,10 +142,30 @@ def create_optimizer(
                  epsilon=epsilon, global_clipnorm=clipnorm)  # fmt: skip
 
 
+def check_schedule_covers(optimizer, steps):
+    """Refuses `steps` more training steps that would run past the end of `optimizer`'s
+    WarmupLinearDecay, where the rate is 0: those steps change no weight, while Keras reports
+    their loss as if they trained (a second `fit` after the first had used up the schedule
+    trained nothing, without a word)."""
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # under a LossScaleOptimizer
+    schedule = getattr(optimizer, "_learning_rate", None)  # Keras keeps a schedule here
+    if not isinstance(schedule, WarmupLinearDecay):
+        return
+    # (Through NumPy: int() takes no MirroredVariable.)
+    done, end = int(ops.convert_to_numpy(optimizer.iterations)), schedule.total_steps
+    if done + steps > end:
+        what = f"step {done + 1}" if steps == 1 else f"steps {done + 1} to {done + steps}"
+        raise ValueError(f"training {what} would run past the end of the learning-rate "
+                         f"schedule at step {end}, where the rate is 0 and "
+                         "nothing is learnt: compile(total_steps=...) with the steps of all "
+                         "the training together, or compile() without it (each fit then runs "
+                         "a schedule of its own steps)")  # fmt: skip
+
+
 @dataclasses.dataclass
 class Recipe:
     """The fine-tuning optimizer's settings, kept until the number of training steps is known
-    (BertTask.compile's defaults, applied when fit counts its steps)."""
+    (BertTask.compile's defaults, applied to each fit's count of its steps)."""
 
     learning_rate: float
     warmup_proportion: float

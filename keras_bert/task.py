@@ -123,12 +123,15 @@ class BertTask(ServableModel):
         """Keras `compile` with the fine-tuning recipe as defaults: `optimizer="auto"` is AdamW
         (weight decay not on LayerNorm and bias weights) with linear warmup over
         `warmup_proportion` of the steps then linear decay to 0 at `total_steps`, and
-        global-norm clipping; when `total_steps` is None, `fit` counts them. `layer_decay` < 1
+        global-norm clipping. When `total_steps` is None, each `fit` counts its own steps and
+        runs the warmup and decay over them, with a new AdamW; given, the schedule spans every
+        fit and train_on_batch until it ends, and training past its end (where the rate is 0)
+        is refused. `layer_decay` < 1
         scales the rate of transformer block i by `layer_decay ** (num_layers - i)` and the
         embeddings' by `layer_decay ** (num_layers + 1)` (optimization.AdamW)."""
         loss = self.default_loss() if loss == "auto" else loss
         metrics = self.default_metrics() if metrics == "auto" else metrics
-        self._pend_recipe(None)
+        self._keep_recipe(None)
         if optimizer == "auto":
             recipe = optimization.Recipe(learning_rate, warmup_proportion, weight_decay, clipnorm,
                                          layer_decay)  # fmt: skip
@@ -136,7 +139,7 @@ class BertTask(ServableModel):
                 whole_number(total_steps, 1, "total_steps", " (or None: fit counts them)")
                 optimizer = recipe.optimizer(total_steps)
             else:
-                self._pend_recipe((recipe, dict(loss=loss, metrics=metrics, **kwargs)))
+                self._keep_recipe((recipe, dict(loss=loss, metrics=metrics, **kwargs)))
                 optimizer = keras.optimizers.AdamW(recipe.learning_rate)  # replaced in fit
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
@@ -168,12 +171,12 @@ class BertTask(ServableModel):
                              f"got the keys {keys}")  # fmt: skip
         batching.check_sample_weights([list(class_weight.values())], "class_weight")
 
-    def _pend_recipe(self, pending):
-        """Keeps (optimization.Recipe, compile's other arguments) until fit counts the steps.
-        Kept outside Keras's attribute tracking: tracked, the pending metrics became the model's
+    def _keep_recipe(self, recipe):
+        """Keeps (optimization.Recipe, compile's other arguments) for each fit to count its
+        steps. Kept outside Keras's attribute tracking: tracked, the metrics became the model's
         own, and one compile() followed by another made with other metric objects (say with
         total_steps) reported the first one's never-updated accuracy, 0, for the real one."""
-        object.__setattr__(self, "_recipe", pending)
+        object.__setattr__(self, "_recipe", recipe)
 
     def default_loss(self):
         raise NotImplementedError
@@ -205,12 +208,15 @@ class BertTask(ServableModel):
             # Keras needs to know an epoch; windows of SQuAD passages, say, are counted once.
             dataset = dataset.apply(tf.data.experimental.assert_cardinality(
                 batching.count_steps(dataset)))  # fmt: skip
+        steps = (steps_per_epoch or int(dataset.cardinality())) * (
+            epochs - kwargs.get("initial_epoch", 0))  # fmt: skip
         if getattr(self, "_recipe", None) is not None:
-            steps = steps_per_epoch or int(dataset.cardinality())
+            # A schedule for this fit's steps. Reused, the first fit's ended at a rate of 0, and
+            # a second fit changed no weight while Keras reported its loss.
             (recipe, compile_kwargs) = self._recipe
-            self._pend_recipe(None)
             with self.distribute_strategy.scope():  # the one the model was made under, if any
-                super().compile(optimizer=recipe.optimizer(steps * epochs), **compile_kwargs)
+                super().compile(optimizer=recipe.optimizer(steps), **compile_kwargs)
+        optimization.check_schedule_covers(self.optimizer, steps)
         if validation_data is not None:
             validation_data = self.make_dataset(
                 *keras.utils.unpack_x_y_sample_weight(validation_data), batch_size=batch_size)
@@ -267,6 +273,7 @@ class BertTask(ServableModel):
                              "schedule: call compile(total_steps=...) first (or compile with "
                              "an optimizer)")  # fmt: skip
         x, y, sample_weight = self._one_batch(x, y, sample_weight)
+        optimization.check_schedule_covers(self.optimizer, 1)
         return super().train_on_batch(x, y, sample_weight, class_weight, return_dict)
 
     def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):

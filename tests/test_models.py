@@ -202,6 +202,39 @@ def test_compile_auto_counts_the_steps_of_its_warmup_and_decay(classifier):
     assert float(classifier.optimizer.learning_rate) == 0.0  # decayed to 0 at the last step
 
 
+def test_each_fit_runs_a_schedule_and_none_trains_past_its_end(classifier):
+    """The recipe's rate decays to 0 at the schedule's last step. A second fit reused the first
+    fit's schedule, ended, and changed not one weight while Keras reported its loss."""
+    def weights():
+        return [w.numpy().copy() for w in classifier.trainable_weights]
+
+    def changed(before):
+        return any(np.abs(a - b).max() > 0 for a, b in zip(before, weights()))
+
+    classifier.compile(learning_rate=1e-3)
+    classifier.fit(SENTENCES, LABELS, batch_size=2, verbose=0)
+    before = weights()
+    classifier.fit(SENTENCES, LABELS, batch_size=2, epochs=3, initial_epoch=1, verbose=0)
+    schedule = classifier.optimizer._learning_rate
+    assert (schedule.total_steps, int(classifier.optimizer.iterations)) == (4, 4)
+    assert changed(before)
+    with pytest.raises(ValueError, match=r"cannot count the steps .* compile\(total_steps"):
+        classifier.train_on_batch(SENTENCES, LABELS)
+    # A schedule given its length spans every call until it ends, and is not run past it.
+    classifier.compile(learning_rate=1e-3, total_steps=3)
+    classifier.fit(SENTENCES, LABELS, batch_size=2, verbose=0)
+    before = weights()
+    classifier.train_on_batch(SENTENCES, LABELS)
+    assert changed(before) and int(classifier.optimizer.iterations) == 3
+    before = weights()
+    with pytest.raises(ValueError, match="training steps 4 to 5 would run past the end of the "
+                       "learning-rate schedule at step 3, where the rate is 0"):
+        classifier.fit(SENTENCES, LABELS, batch_size=2, verbose=0)
+    with pytest.raises(ValueError, match="training step 4 would run past .* at step 3"):
+        classifier.train_on_batch(SENTENCES, LABELS)
+    assert not changed(before)
+
+
 def test_a_model_with_weights_stored_for_inference_refuses_to_train(classifier):
     """with_precision(..., for_inference=True) stores bfloat16 weights; its fit failed with
     TensorFlow's "Input 'y' of 'Mul' Op has type float32 that does not match type bfloat16"."""
