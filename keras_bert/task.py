@@ -9,6 +9,7 @@ runs it inside Keras' predict step; an export runs it inside its serving functio
 the same everywhere.
 """
 
+import dataclasses
 import os
 import warnings
 
@@ -170,6 +171,32 @@ class BertTask(ServableModel):
             raise ValueError(f"class_weight must map each class 0 to {count - 1} to its weight, "
                              f"got the keys {keys}")  # fmt: skip
         batching.check_sample_weights([list(class_weight.values())], "class_weight")
+
+    def get_compile_config(self):
+        """compile()'s settings as `save(include_optimizer=True)` writes them for Keras's load
+        (`compile_from_config`): Keras's own, the recipe each fit makes its optimizer from (if
+        any), and whether the optimizer had variables to save."""
+        config = super().get_compile_config()
+        if config:
+            recipe = getattr(self, "_recipe", None)
+            config = {**config, "optimizer_built": self.optimizer.built,
+                      "recipe": None if recipe is None else dataclasses.asdict(recipe[0])}
+        return config
+
+    def compile_from_config(self, config):
+        """Compiles as the saved model was, with its optimizer, which Keras then loads the saved
+        state into: the next fit goes on from the step and the Adam moments where the saved
+        model stopped. (Keras's own method compiles no model whose compile is its own, and
+        such a file loaded then failed in fit: "object has no attribute 'optimizer'".)"""
+        config = dict(config)
+        built, recipe = config.pop("optimizer_built", False), config.pop("recipe", None)
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if recipe is not None:
+            kept = {k: v for k, v in config.items() if k != "optimizer"}
+            self._keep_recipe((optimization.Recipe(**recipe), kept))
+        if built and self.built:
+            self.optimizer.build(self.trainable_variables)
 
     def _keep_recipe(self, recipe):
         """Keeps (optimization.Recipe, compile's other arguments) for each fit to count its

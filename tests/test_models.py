@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 import zipfile
 
 import keras
@@ -453,6 +454,33 @@ def test_saved_file_stands_alone_without_optimizer_state(classifier, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     reloaded = json.loads(result.stdout.strip().splitlines()[-1])
     np.testing.assert_allclose(reloaded, classifier.predict(SENTENCES, verbose=0), atol=1e-5)
+
+
+def test_a_file_saved_with_its_optimizer_trains_on_where_it_stopped(classifier, tmp_path):
+    """Keras's load compiles no model whose compile is its own: such a file loaded uncompiled,
+    with a warning, and its fit failed ("object has no attribute 'optimizer'")."""
+    classifier.compile(learning_rate=1e-3, total_steps=4)
+    classifier.fit(SENTENCES, LABELS, batch_size=2, verbose=0)  # steps 1 and 2 of 4
+    path = str(tmp_path / "with.keras")
+    classifier.save(path, include_optimizer=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Keras's "compile() was not called" among them
+        loaded = keras.saving.load_model(path)
+    assert int(loaded.optimizer.iterations) == 2
+    for mine, saved in zip(loaded.optimizer.variables, classifier.optimizer.variables, strict=True):
+        np.testing.assert_array_equal(mine.numpy(), saved.numpy())
+    assert float(loaded.optimizer.learning_rate) == float(classifier.optimizer.learning_rate)
+    history = loaded.fit(SENTENCES, LABELS, batch_size=2, verbose=0).history  # steps 3 and 4
+    assert set(history) == {"loss", "accuracy"}
+    with pytest.raises(ValueError, match="training step 5 would run past .* at step 4"):
+        loaded.train_on_batch(SENTENCES, LABELS)
+    # compile()'s recipe comes back as it was: the next fit counts its own steps.
+    classifier.compile(learning_rate=3e-4, warmup_proportion=0.5)
+    classifier.save(path, include_optimizer=True)
+    loaded = keras.saving.load_model(path)
+    loaded.fit(SENTENCES, LABELS, batch_size=2, epochs=2, verbose=0)
+    schedule = loaded.optimizer._learning_rate
+    assert (schedule.learning_rate, schedule.total_steps, schedule.warmup_steps) == (3e-4, 4, 2)
 
 
 def test_export_serves_strings_with_inference_weights_only(classifier, tmp_path):
