@@ -2,6 +2,8 @@
 targets that are class ids, weights that are finite), batch it in tf.data without the autotuning
 thread, and trace functions once for batches of every size."""
 
+import collections.abc
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -129,12 +131,30 @@ def check_sample_weights(sample_weight, name="sample_weight"):
                              "numbers of at least 0")  # fmt: skip
 
 
+def check_kind(x):
+    """Refuses, in one line, data of a kind task models do not take: a generator or other
+    iterator, or a keras.utils.PyDataset (they read as no tensor, or failed deep in Keras)."""
+    if isinstance(x, keras.utils.PyDataset) or isinstance(x, collections.abc.Iterator):
+        raise ValueError(f"x is a {type(x).__name__}: task models take raw data in memory "
+                         "(lists or arrays) or a batched tf.data.Dataset; wrap a generator in "
+                         "tf.data.Dataset.from_generator")  # fmt: skip
+
+
+def check_batched(dataset):
+    """Refuses a tf.data.Dataset of single examples: every part of a batch has a batch
+    dimension, so a part of rank 0 (a text, a label) means the dataset is not batched."""
+    if any(spec.shape.rank == 0 for spec in tf.nest.flatten(dataset.element_spec)):
+        raise ValueError("x is a tf.data.Dataset of single examples: batch it, "
+                         "dataset.batch(32) say")  # fmt: skip
+
+
 def in_memory(x, y=None, sample_weight=None, check_x=None, check_targets=None):
     """Raw data given in memory (lists, arrays, tensors) as tensors, checked before any graph
     runs: x not empty, every part one entry per example, as many targets and weights; then
     `check_x(x)` (its texts) and `check_targets(x, y)` (a task model's)."""
     if x is None:
         raise ValueError("no data: pass x (raw strings)")
+    check_kind(x)
     x = _as_tensors(x, "x")
     if any(t.shape.rank == 0 for t in tf.nest.flatten(x)):
         raise ValueError("x holds one text where a list of them belongs: pass a batch, "
@@ -194,6 +214,7 @@ def batched(x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=
         if y is not None:
             raise ValueError("x is a tf.data.Dataset: put the targets in its elements, "
                              "(x, y), rather than passing y")  # fmt: skip
+        check_batched(x)
         return x
     x, y, sample_weight = in_memory(x, y, sample_weight, check_x, check_targets)
     data = keras.utils.pack_x_y_sample_weight(x, *[v for v in (y, sample_weight) if v is not None])

@@ -273,6 +273,7 @@ class BertTask(ServableModel):
     def evaluate(self, x=None, y=None, batch_size=None, *, sample_weight=None, **kwargs):
         """Keras `evaluate` on raw data (as `fit` takes it)."""
         self._check_weights(sample_weight)
+        batching.check_kind(x)
         if y is None and not isinstance(x, tf.data.Dataset):
             raise ValueError("evaluate needs targets: pass y (one per example), or x as a "
                              "batched tf.data.Dataset of (x, y)")  # fmt: skip

@@ -92,6 +92,38 @@ def test_labels_may_change_rank_between_fits(classifier):
         classifier.evaluate(dataset, verbose=0)
 
 
+def test_data_of_kinds_task_models_do_not_take_is_refused_in_one_line(classifier):
+    """A generator or a keras.utils.PyDataset read as "x cannot be read as a tensor: give
+    strings of one kind", and a dataset of single examples failed inside the traced
+    preprocessing ("slice index 0 of dimension 0 out of bounds")."""
+    def batches():
+        yield SENTENCES[:2], LABELS[:2]
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, index):
+            return np.array(SENTENCES), np.array(LABELS)
+
+    single = tf.data.Dataset.from_tensor_slices((SENTENCES, LABELS))
+    for x, message in [
+        (batches(), r"x is a generator: task models take raw data in memory \(lists or arrays\) "
+                    "or a batched tf.data.Dataset; wrap a generator in .*from_generator"),
+        (Batches(), "x is a Batches: task models take"),
+        (iter(SENTENCES), "x is a list_iterator: task models take"),
+        (single, r"x is a tf.data.Dataset of single examples: batch it, dataset.batch\(32\)"),
+    ]:  # fmt: skip
+        for call in (classifier.fit, classifier.evaluate):
+            with pytest.raises(ValueError, match=message):
+                call(x, verbose=0)
+    with pytest.raises(ValueError, match="x is a generator"):
+        classifier.predict((s for s in SENTENCES), verbose=0)
+    with pytest.raises(ValueError, match="single examples"):
+        classifier.predict(tf.data.Dataset.from_tensor_slices(SENTENCES), verbose=0)
+    assert classifier.fit(single.batch(4), verbose=0).history["loss"]
+
+
 def test_data_that_is_no_tensor_is_refused_in_one_line(classifier, tiny_checkpoint, tmp_path):
     for x, message in [
         (["a film", None], r"x cannot be read as a tensor \(item 1 is None\)"),
