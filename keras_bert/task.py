@@ -218,6 +218,10 @@ class BertTask(ServableModel):
         `validation_split` (data in memory only) validates on the last examples, as Keras's."""
         self._check_can_train()
         self._check_weights(sample_weight, kwargs.get("class_weight"))
+        # A fit of no epochs failed in the schedule ("total_steps must be positive, got 0").
+        initial_epoch = whole_number(kwargs.get("initial_epoch", 0), 0, "initial_epoch")
+        whole_number(epochs, initial_epoch + 1, "epochs",
+                     f" (more than initial_epoch={initial_epoch})" if initial_epoch else "")
         if kwargs.get("validation_split"):
             if validation_data is not None:
                 raise ValueError("pass validation_data or validation_split, not both")
@@ -235,8 +239,7 @@ class BertTask(ServableModel):
             # Keras needs to know an epoch; windows of SQuAD passages, say, are counted once.
             dataset = dataset.apply(tf.data.experimental.assert_cardinality(
                 batching.count_steps(dataset)))  # fmt: skip
-        steps = (steps_per_epoch or int(dataset.cardinality())) * (
-            epochs - kwargs.get("initial_epoch", 0))  # fmt: skip
+        steps = (steps_per_epoch or int(dataset.cardinality())) * (epochs - initial_epoch)
         if getattr(self, "_recipe", None) is not None:
             # A schedule for this fit's steps. Reused, the first fit's ended at a rate of 0, and
             # a second fit changed no weight while Keras reported its loss.

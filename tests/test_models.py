@@ -221,6 +221,14 @@ def test_each_fit_runs_a_schedule_and_none_trains_past_its_end(classifier):
     assert changed(before)
     with pytest.raises(ValueError, match=r"cannot count the steps .* compile\(total_steps"):
         classifier.train_on_batch(SENTENCES, LABELS)
+    for kwargs, message in [  # they failed in the schedule: "total_steps must be positive"
+        (dict(epochs=0), "epochs must be a whole number of at least 1, got 0"),
+        (dict(epochs=2, initial_epoch=2), r"at least 3 \(more than initial_epoch=2\), got 2"),
+        (dict(epochs=1.5), "epochs must be a whole number of at least 1, got 1.5"),
+        (dict(initial_epoch=-1), "initial_epoch must be a whole number of at least 0"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            classifier.fit(SENTENCES, LABELS, verbose=0, **kwargs)
     # A schedule given its length spans every call until it ends, and is not run past it.
     classifier.compile(learning_rate=1e-3, total_steps=3)
     classifier.fit(SENTENCES, LABELS, batch_size=2, verbose=0)
