@@ -97,6 +97,15 @@ def class_ids(y, count, what="label"):
     return y
 
 
+def ids_of_names(names, known, what):
+    """tf.string names (any shape) -> int32 ids: each name's place in `known`; a name not among
+    them is refused in the graph ("a tag is not one of the model's tags")."""
+    match = tf.equal(tf.expand_dims(names, -1), tf.constant(known))  # (..., len(known))
+    tf.debugging.assert_equal(tf.reduce_all(tf.reduce_any(match, axis=-1)), True,
+                              message=f"a {what} is not one of the model's {what}s")  # fmt: skip
+    return tf.argmax(tf.cast(match, tf.int32), axis=-1, output_type=tf.int32)
+
+
 def check_class_ids(y, count, what="label"):
     """The same check on targets in memory, before any graph runs: one line naming the first
     target that is not a class id."""

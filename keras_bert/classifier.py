@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_bert import serving
+from keras_bert import batching, serving
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import ClassifierHead, FoldChoices, MultipleChoiceHead
 from keras_bert.preprocessing import BertMultipleChoicePreprocessor, BertPreprocessor
@@ -79,6 +79,19 @@ class BertClassifier(BertTask):
                                                        num_segments=num_segments)  # fmt: skip
         return cls(encoder, preprocessor, num_classes, **kwargs)
 
+    def encode_targets(self, y):
+        """Labels given in memory as names (a model made with `labels`) -> their class ids."""
+        values = np.asarray(y)
+        if self.labels is None or values.dtype.kind not in "SU":
+            return y
+        index = {name: i for i, name in enumerate(self.labels)}
+        names = [v.decode() if isinstance(v, bytes) else str(v) for v in values.reshape(-1)]
+        for row, name in enumerate(names):
+            if name not in index:
+                raise ValueError(f"y[{row}] is {name!r}, not one of the model's labels "
+                                 f"{self.labels}")  # fmt: skip
+        return np.array([index[n] for n in names], "int32").reshape(values.shape)
+
     def check_targets(self, x, y):
         if self.num_classes > 1:
             return check_class_ids(y, self.num_classes)
@@ -87,6 +100,11 @@ class BertClassifier(BertTask):
             raise ValueError("y must be finite numbers (regression targets)")
 
     def preprocess_batch(self, x, y=None, sample_weight=None):
+        if y is not None and y.dtype == tf.string:  # a Dataset's labels, as names
+            if self.labels is None:
+                raise ValueError("labels given as strings need a model made with their names, "
+                                 "labels=[...]; or give class ids")  # fmt: skip
+            y = batching.ids_of_names(tf.reshape(y, [-1]), self.labels, "label")
         if y is not None and self.num_classes > 1:
             y = class_ids(y, self.num_classes)
         elif y is not None:

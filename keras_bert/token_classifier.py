@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_bert import serving
+from keras_bert import batching, serving
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import TokenClassifierHead
 from keras_bert.tagging import IGNORE, WordTagger
@@ -98,18 +98,9 @@ class BertTokenClassifier(BertTask):
         if y is None:
             return self.preprocessor.encode(sentences), None, sample_weight
         if y.dtype == tf.string:  # a Dataset's tags, as strings (tags given in memory: tag_ids)
-            y = self._tag_ids_in_graph(y)
+            y = y.with_flat_values(batching.ids_of_names(y.flat_values, self.tags, "tag"))
         inputs, labels = self.preprocessor.encode(sentences, y)
         return inputs, labels, sample_weight
-
-    def _tag_ids_in_graph(self, word_tags):
-        """Ragged tag strings -> their ids, a tag the model lacks refused (in the graph)."""
-        flat = word_tags.flat_values
-        match = tf.equal(flat[:, None], tf.constant(self.tags)[None, :])  # (tags, known tags)
-        tf.debugging.assert_equal(tf.reduce_all(tf.reduce_any(match, axis=1)), True,
-                                  message="a tag is not one of the model's tags")  # fmt: skip
-        ids = tf.argmax(tf.cast(match, tf.int32), axis=1, output_type=tf.int32)
-        return word_tags.with_flat_values(ids)
 
     def tag(self, sentences):
         """tf.string (batch,) -> `word_tags` (ragged tag ids) and the entities, padded:

@@ -92,6 +92,34 @@ def test_labels_may_change_rank_between_fits(classifier):
         classifier.evaluate(dataset, verbose=0)
 
 
+def test_a_classifier_made_with_label_names_takes_them_as_targets(classifier, tiny_checkpoint):
+    """Names were refused in memory ("y must be labels as numbers, got strings") though the
+    model knows them, and a Dataset's failed in TensorFlow's cast from string to int."""
+    keras.utils.set_random_seed(3)
+    named = keras_bert.BertClassifier.from_checkpoint(
+        tiny_checkpoint, num_classes=2, sequence_length=32, labels=["neg", "pos"])
+    names = [["neg", "pos"][label] for label in LABELS]
+    named.compile()
+    by_id = named.evaluate(SENTENCES, LABELS, verbose=0)
+    for y in (names, np.array(names), np.array(names, dtype=bytes)):
+        np.testing.assert_allclose(named.evaluate(SENTENCES, y, verbose=0), by_id, rtol=1e-6)
+    dataset = tf.data.Dataset.from_tensor_slices((SENTENCES, names)).batch(4)
+    np.testing.assert_allclose(named.evaluate(dataset, verbose=0), by_id, rtol=1e-6)
+    assert named.fit(SENTENCES, names, verbose=0).history["loss"]
+    with pytest.raises(ValueError, match=r"y\[1\] is 'negative', not one of the model's labels "
+                       r"\['neg', 'pos'\]"):  # fmt: skip
+        named.fit(SENTENCES[:2], ["pos", "negative"], verbose=0)
+    wrong = tf.data.Dataset.from_tensor_slices((SENTENCES, ["pos", "negative"] * 3)).batch(3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="a label is not one of the model"):
+        named.evaluate(wrong, verbose=0)
+    classifier.compile()
+    with pytest.raises(ValueError, match="y must be labels as numbers from 0 to 1, got strings"):
+        classifier.evaluate(SENTENCES, names, verbose=0)
+    with pytest.raises(ValueError, match=r"labels given as strings need a model made with "
+                       r"their names, labels=\[...\]"):  # fmt: skip
+        classifier.evaluate(dataset, verbose=0)
+
+
 def test_data_of_kinds_task_models_do_not_take_is_refused_in_one_line(classifier):
     """A generator or a keras.utils.PyDataset read as "x cannot be read as a tensor: give
     strings of one kind", and a dataset of single examples failed inside the traced

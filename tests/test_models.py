@@ -358,7 +358,8 @@ def test_bad_labels_and_inputs_are_refused_in_one_line(classifier):
     for labels, message in [
         ([0, 1, 2, 1], r"y\[2\] is 2: labels must be whole numbers from 0 to 1"),
         ([0, 1, 0.5, 1], r"y\[2\] is 0.5"), ([0, np.nan, 1, 1], r"y\[1\] is nan"),
-        ([0, -1, 1, 1], r"y\[1\] is -1"), (["a", "b", "a", "b"], "got strings"),
+        ([0, -1, 1, 1], r"y\[1\] is -1"),
+        (["a", "b", "a", "b"], r"y\[0\] is 'a', not one of the model's labels"),
         ([0, 1, 1], r"len\(x\) is 4 but len\(y\) is 3"),
         ([[1, 0], [0, 1], [1, 0], [0, 1]], r"y has shape \(4, 2\): give one label per example"),
     ]:
