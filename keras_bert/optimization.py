@@ -142,6 +142,15 @@ def create_optimizer(
                  epsilon=epsilon, global_clipnorm=clipnorm)  # fmt: skip
 
 
+def batches_done(optimizer):
+    """The training batches `optimizer` has seen: Keras's own counter, the step its
+    learning-rate schedules read. Under gradient accumulation `optimizer.iterations` counts
+    updates instead (batches // accumulation steps)."""
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # under a LossScaleOptimizer
+    counter = getattr(optimizer, "_iterations", optimizer.iterations)
+    return int(ops.convert_to_numpy(counter))  # (int() takes no MirroredVariable)
+
+
 def check_schedule_covers(optimizer, steps):
     """Refuses `steps` more training steps that would run past the end of `optimizer`'s
     WarmupLinearDecay, where the rate is 0: those steps change no weight, while Keras reports
@@ -151,8 +160,7 @@ def check_schedule_covers(optimizer, steps):
     schedule = getattr(optimizer, "_learning_rate", None)  # Keras keeps a schedule here
     if not isinstance(schedule, WarmupLinearDecay):
         return
-    # (Through NumPy: int() takes no MirroredVariable.)
-    done, end = int(ops.convert_to_numpy(optimizer.iterations)), schedule.total_steps
+    done, end = batches_done(optimizer), schedule.total_steps
     if done + steps > end:
         what = f"step {done + 1}" if steps == 1 else f"steps {done + 1} to {done + steps}"
         raise ValueError(f"training {what} would run past the end of the learning-rate "

@@ -233,11 +233,16 @@ def check_length_fits(shape):
 
 
 def create_optimizer():
-    schedule = optimization.WarmupLinearDecay(FLAGS.learning_rate, FLAGS.num_train_steps,
-                                              warmup_steps())  # fmt: skip
     accumulate = (
         FLAGS.gradient_accumulation_steps if FLAGS.gradient_accumulation_steps > 1 else None
     )
+    # Keras's schedules read the batches seen, not the updates: counted in updates, a run that
+    # accumulated 2 batches an update warmed up in half the steps asked and made its second
+    # half of updates at a rate of 0.
+    batches = accumulate or 1
+    schedule = optimization.WarmupLinearDecay(FLAGS.learning_rate,
+                                              FLAGS.num_train_steps * batches,
+                                              warmup_steps() * batches)  # fmt: skip
     if FLAGS.optimizer == "lamb":
         optimizer = keras.optimizers.Lamb(schedule, epsilon=1e-6, global_clipnorm=FLAGS.clip_norm,
                                           weight_decay=FLAGS.weight_decay or None,
@@ -245,7 +250,7 @@ def create_optimizer():
         optimizer.exclude_from_weight_decay(var_names=list(optimization.NO_DECAY))
     else:
         optimizer = optimization.create_optimizer(
-            FLAGS.learning_rate, FLAGS.num_train_steps, warmup_steps(),
+            FLAGS.learning_rate, FLAGS.num_train_steps * batches, warmup_steps() * batches,
             weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm)  # fmt: skip
         optimizer.gradient_accumulation_steps = accumulate
     return (

@@ -24,7 +24,7 @@ import keras
 import tensorflow as tf
 from absl import app, logging
 
-from keras_bert import textfiles
+from keras_bert import optimization, textfiles
 
 SETTINGS = "settings.json"
 FINISHED = "model.keras"
@@ -216,7 +216,8 @@ class RunBackup(keras.callbacks.Callback):
         self._batches = 0
 
     def restore(self, model):
-        """Loads the backup into a compiled model; returns its optimizer steps (0 without one)."""
+        """Loads the backup into a compiled model; returns the batches it had trained on (0
+        without one; under gradient accumulation, more than its optimizer's updates)."""
         for stale in glob.glob(os.path.join(self.backup_dir, "*.tmp-*")):
             os.remove(stale)  # a kill while a backup was written left it
         if not os.path.exists(self.path):
@@ -228,7 +229,7 @@ class RunBackup(keras.callbacks.Callback):
         except (OSError, ValueError) as e:
             raise app.UsageError(f"{self.path} does not fit this run ({e}); pass "
                                  "--overwrite_output_dir to start it again") from None  # fmt: skip
-        return int(model.optimizer.iterations)
+        return optimization.batches_done(model.optimizer)
 
     def on_train_batch_end(self, batch, logs=None):
         self._batches += 1

@@ -1,9 +1,10 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import keras_bert
-from keras_bert import BertEncoder
+from keras_bert import BertEncoder, optimization
 from keras_bert.optimization import WarmupLinearDecay, create_optimizer
 
 from conftest import TINY
@@ -104,3 +105,20 @@ def test_fused_adamw_steps_match_keras_adamw():
     for ours, theirs, first in zip(*results, start):
         assert not np.allclose(ours, first)
         np.testing.assert_allclose(ours, theirs, atol=1e-6)
+
+
+def test_schedules_and_their_check_count_batches_under_gradient_accumulation():
+    """Keras's schedules read the batches seen; `iterations` counts updates. tasks.pretrain
+    sized its schedule in updates, so with 2 batches an update its warmup was half the steps
+    asked and its second half of updates ran at a rate of 0 (and a resumed run counted its
+    batches done as its updates)."""
+    optimizer = optimization.create_optimizer(1e-3, total_steps=4, warmup_steps=0)
+    optimizer.gradient_accumulation_steps = 2
+    variable = keras.Variable([1.0])
+    optimizer.build([variable])
+    for _ in range(3):
+        optimizer.apply([tf.constant([1.0])], [variable])
+    assert int(optimizer.iterations) == 1 and optimization.batches_done(optimizer) == 3
+    optimization.check_schedule_covers(optimizer, 1)  # the 4th batch, the schedule's last
+    with pytest.raises(ValueError, match="training steps 4 to 5 would run past .* at step 4"):
+        optimization.check_schedule_covers(optimizer, 2)
