@@ -91,8 +91,10 @@ def parse(lines, steps, top):
         fields = line.split(",")
         if fields[0] != "onednn_verbose":
             continue
-        if "info" in fields and any(f.startswith("isa:") for f in fields):
-            isa = next(f for f in fields if f.startswith("isa:"))[len("isa:"):]
+        if "info" in fields and "isa:" in line:
+            # The rest of the line: an ISA's name can hold commas ("Intel AVX-512 with
+            # float16, Intel DL Boost and bfloat16 support and Intel AMX ...").
+            isa = line[line.index("isa:") + len("isa:"):]
         if not inside or "exec" not in fields:
             continue
         # ...,exec,<engine>,<kind>,<implementation>,<propagation>,<memory>,<attributes>,
