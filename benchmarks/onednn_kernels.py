@@ -19,7 +19,6 @@ Printing costs a little time; the times are for comparing kernels, not for the f
 (peers.py, ceiling.py).
 """
 
-import collections
 import json
 import os
 import subprocess
@@ -29,6 +28,7 @@ from absl import app, flags
 
 import benchmarks
 from benchmarks import define_forward_flags, stored_weights
+from benchmarks.profiling import END, START, kernel_times
 
 FLAGS = flags.FLAGS
 define_forward_flags()
@@ -40,9 +40,6 @@ flags.DEFINE_integer("layers", 12, "Encoder blocks (BERT-base has 12).", lower_b
 flags.DEFINE_integer("steps", 3, "Steps summed (after 2 warm-up steps).", lower_bound=1)
 flags.DEFINE_integer("top", 25, "Rows of the by-shape table.", lower_bound=1)
 flags.DEFINE_bool("child", False, "Internal: run the steps in this process, oneDNN printing.")
-
-START, END = "onednn_kernels: start", "onednn_kernels: end"
-
 
 def run_steps():
     """The child: warm up, then run --steps steps between the two markers."""
@@ -77,48 +74,6 @@ def run_steps():
     print(END, flush=True)
 
 
-def parse(lines, steps, top):
-    """oneDNN's verbose lines between the markers as per-step sums (the `top` shapes), and its
-    CPU line."""
-    by_kind, by_implementation, by_shape = (collections.Counter() for _ in range(3))
-    calls = collections.Counter()
-    isa, inside = None, False
-    for line in lines:
-        line = line.strip()
-        if line in (START, END):
-            inside = line == START
-            continue
-        fields = line.split(",")
-        if fields[0] != "onednn_verbose":
-            continue
-        if "info" in fields and "isa:" in line:
-            # The rest of the line: an ISA's name can hold commas ("Intel AVX-512 with
-            # float16, Intel DL Boost and bfloat16 support and Intel AMX ...").
-            isa = line[line.index("isa:") + len("isa:"):]
-        if not inside or "exec" not in fields:
-            continue
-        # ...,exec,<engine>,<kind>,<implementation>,<propagation>,<memory>,<attributes>,
-        # <auxiliary>,<shape>,<milliseconds>
-        at = fields.index("exec")
-        kind, implementation, attributes = fields[at + 2], fields[at + 3], fields[at + 6]
-        post_ops = [a[len("attr-post-ops:"):] for a in attributes.split()
-                    if a.startswith("attr-post-ops:")]  # fmt: skip
-        shape, ms = fields[-2], float(fields[-1])
-        named = " ".join(name for name in (kind, implementation) if name)  # gemm_api has none
-        row = " ".join([named, shape, *post_ops])
-        for times, key in ((by_kind, kind), (by_implementation, named), (by_shape, row)):
-            times[key] += ms
-            calls[key] += 1
-
-    def table(times, top=None):
-        return {key: {"ms_per_step": round(ms / steps, 3), "calls_per_step": calls[key] / steps}
-                for key, ms in times.most_common(top)}  # fmt: skip
-
-    return {"cpu_isa": isa, "ms_per_step": round(sum(by_kind.values()) / steps, 3),
-            "by_kind": table(by_kind), "by_implementation": table(by_implementation),
-            "by_shape": table(by_shape, top)}  # fmt: skip
-
-
 def main(argv):
     del argv
     if FLAGS.child:
@@ -129,7 +84,7 @@ def main(argv):
                             "--child"], env=env, capture_output=True, text=True)  # fmt: skip
     if child.returncode:
         sys.exit(f"onednn_kernels: the {FLAGS.form} failed:\n{child.stderr[-3000:]}")
-    report = parse(child.stdout.splitlines(), FLAGS.steps, FLAGS.top)
+    report = kernel_times(child.stdout.splitlines(), FLAGS.steps, FLAGS.top)
     if not report["by_kind"]:
         sys.exit("onednn_kernels: oneDNN ran no kernels: this TensorFlow runs without oneDNN "
                  "(TF_ENABLE_ONEDNN_OPTS=0, or a build without it); nothing to report.")

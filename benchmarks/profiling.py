@@ -1,4 +1,5 @@
-"""Op times from a TensorFlow profiler trace (no flags: tests import it too)."""
+"""Op times from a TensorFlow profiler trace, and oneDNN's kernel times from its verbose lines
+(no flags: tests import it too)."""
 
 import collections
 import glob
@@ -21,3 +22,49 @@ def op_times(logdir, steps):
                 if ":" in name and "::" not in name:  # "node:OpType", not the executor's spans
                     times[tuple(name.rsplit(":", 1))] += event.duration_ps / 1e9 / steps
     return times
+
+
+# Printed around the steps whose oneDNN lines count (onednn_kernels.py).
+START, END = "onednn_kernels: start", "onednn_kernels: end"
+
+
+def kernel_times(lines, steps, top):
+    """oneDNN's verbose lines between the markers as per-step sums (the `top` shapes), and its
+    CPU line."""
+    by_kind, by_implementation, by_shape = (collections.Counter() for _ in range(3))
+    calls = collections.Counter()
+    isa, inside = None, False
+    for line in lines:
+        line = line.strip()
+        if line in (START, END):
+            inside = line == START
+            continue
+        fields = line.split(",")
+        if fields[0] != "onednn_verbose":
+            continue
+        if "info" in fields and "isa:" in line:
+            # The rest of the line: an ISA's name can hold commas ("Intel AVX-512 with
+            # float16, Intel DL Boost and bfloat16 support and Intel AMX ...").
+            isa = line[line.index("isa:") + len("isa:"):]
+        if not inside or "exec" not in fields:
+            continue
+        # ...,exec,<engine>,<kind>,<implementation>,<propagation>,<memory>,<attributes>,
+        # <auxiliary>,<shape>,<milliseconds>
+        at = fields.index("exec")
+        kind, implementation, attributes = fields[at + 2], fields[at + 3], fields[at + 6]
+        post_ops = [a[len("attr-post-ops:"):] for a in attributes.split()
+                    if a.startswith("attr-post-ops:")]  # fmt: skip
+        shape, ms = fields[-2], float(fields[-1])
+        named = " ".join(name for name in (kind, implementation) if name)  # gemm_api has none
+        row = " ".join([named, shape, *post_ops])
+        for times, key in ((by_kind, kind), (by_implementation, named), (by_shape, row)):
+            times[key] += ms
+            calls[key] += 1
+
+    def table(times, top=None):
+        return {key: {"ms_per_step": round(ms / steps, 3), "calls_per_step": calls[key] / steps}
+                for key, ms in times.most_common(top)}  # fmt: skip
+
+    return {"cpu_isa": isa, "ms_per_step": round(sum(by_kind.values()) / steps, 3),
+            "by_kind": table(by_kind), "by_implementation": table(by_implementation),
+            "by_shape": table(by_shape, top)}  # fmt: skip

@@ -328,7 +328,7 @@ def test_the_ceiling_bench_times_each_form():
 
 def test_the_onednn_kernels_bench_reads_an_isa_whose_name_holds_commas():
     # An AMX CPU's name, as oneDNN prints it, has a comma: the report once kept the part before.
-    from benchmarks.onednn_kernels import END, START, parse
+    from benchmarks.profiling import END, START, kernel_times
 
     amx = ("Intel AVX-512 with float16, Intel DL Boost and bfloat16 support and Intel AMX "
            "with bfloat16 and 8-bit integer support")  # fmt: skip
@@ -338,7 +338,7 @@ def test_the_onednn_kernels_bench_reads_an_isa_whose_name_holds_commas():
     lines = ["onednn_verbose,v1,info,cpu,runtime:threadpool,nthr:2",
              f"onednn_verbose,v1,info,cpu,isa:{amx}", exec_line.format(ms=9.0), START,
              exec_line.format(ms=1.5), exec_line.format(ms=2.5), END]  # fmt: skip
-    report = parse(lines, steps=2, top=5)
+    report = kernel_times(lines, steps=2, top=5)
     assert report["cpu_isa"] == amx
     # Only the lines between the markers count, summed and divided by the steps.
     assert report["ms_per_step"] == 2.0
