@@ -326,6 +326,21 @@ def test_the_ceiling_bench_times_each_form():
                             rate / 8, rel_tol=1e-3, abs_tol=0.1)  # fmt: skip
 
 
+def test_the_dense_forms_bench_times_each_form_of_each_product():
+    report = bench_report("dense_forms", "--precision=float32", "--batch_size=1",
+                          "--seq_length=8", "--rounds=1", "--steps=2")  # fmt: skip
+    forms = [f"{shape}/{form}" for shape in ("square", "up", "down")
+             for form in ("fused", "batch_matmul", "matmul_alone")]  # fmt: skip
+    assert sorted(report["ms"]) == sorted(forms) and report["tokens"] == 8
+    assert all(ms > 0 for ms in report["ms"].values())
+    for form, speed in report["speed_of_fused"].items():
+        fused = report["ms"][form.split("/")[0] + "/fused"]
+        assert math.isclose(speed, fused / report["ms"][form], rel_tol=0.02, abs_tol=0.002), form
+    # The batched product and its bias (and GELU) are the fused form's numbers: only the kernels
+    # differ. In float32, to the rounding of the last bits.
+    assert sorted(report["batch_matmul_max_difference"]) == ["down", "square", "up"]
+    assert all(d < 1e-5 for d in report["batch_matmul_max_difference"].values()), report
+
 def test_the_onednn_kernels_bench_reads_an_isa_whose_name_holds_commas():
     # An AMX CPU's name, as oneDNN prints it, has a comma: the report once kept the part before.
     from benchmarks.profiling import END, START, kernel_times

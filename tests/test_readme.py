@@ -80,7 +80,8 @@ def test_encode_job_warns_of_each_sentence_it_truncates():
      ("benchmarks.profile_encoder", ["--precision", "--stored_weights", "--batch_size", "--step"]),
      ("benchmarks.headroom", ["--precision", "--stored_weights", "--rounds", "--layers"]),
      ("benchmarks.ceiling", ["--precision", "--seq_length", "--rounds", "--steps"]),
-     ("benchmarks.onednn_kernels", ["--precision", "--stored_weights", "--form", "--steps"])],
+     ("benchmarks.onednn_kernels", ["--precision", "--stored_weights", "--form", "--steps"]),
+     ("benchmarks.dense_forms", ["--precision", "--batch_size", "--rounds", "--steps"])],
 )  # fmt: skip
 def test_help_explains_every_flag(module, flags):
     result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT,
