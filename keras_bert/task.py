@@ -1,6 +1,7 @@
 """BertTask: what every task model shares. Raw strings in `fit`, `evaluate` and `predict` (and
-Keras's other entry points); the fine-tuning recipe as `compile()`'s defaults. What leaves the
-process, `save` and `export`, comes from its base class, `servable.ServableModel`.
+Keras's other entry points). `compile()` with the fine-tuning recipe as its defaults, and the
+checks made before training, come from `task_training.Trainable`; what leaves the process, `save`
+and `export`, from `servable.ServableModel`.
 
 A task model is a functional Keras model from encoder inputs (token ids) to its head's logits,
 plus a `preprocessor` layer that turns raw strings into those inputs. `fit` and `evaluate` map
@@ -9,8 +10,6 @@ runs it inside Keras' predict step; an export runs it inside its serving functio
 the same everywhere.
 """
 
-import dataclasses
-import os
 import warnings
 
 import keras
@@ -20,24 +19,10 @@ from keras_bert import batching, distribute, optimization
 from keras_bert.config import whole_number
 from keras_bert.encoder import refuse_unknown_arguments
 from keras_bert.servable import ServableModel
+from keras_bert.task_training import Trainable
 
 
-# A serving setting (README, "Export and TF Serving"): TensorFlow's oneDNN kernels then keep the
-# first weights each product sees, reordered for speed, and never read the variables again.
-FROZEN_WEIGHTS_VARIABLE = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
-
-
-def check_weights_can_change():
-    """Refuses to train in a process where oneDNN assumes frozen weights: the forward pass would
-    keep computing with the weights of its first call and training would silently stall."""
-    if os.environ.get(FROZEN_WEIGHTS_VARIABLE, "").strip().lower() in ("1", "true"):
-        value = os.environ[FROZEN_WEIGHTS_VARIABLE]
-        raise ValueError(f"{FROZEN_WEIGHTS_VARIABLE}={value} is set: oneDNN would keep the first "
-                         "weights it sees and training would not change what the model computes; "
-                         "unset it to train (it is a serving setting)")
-
-
-class BertTask(ServableModel):
+class BertTask(Trainable, ServableModel):
     """Base class of the task models; subclasses build the functional graph and define
     `preprocess_batch`, `default_loss` and `serving_functions`."""
 
@@ -118,99 +103,6 @@ class BertTask(ServableModel):
 
     # --- Keras entry points on raw strings ---
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", *, learning_rate=5e-5,
-                warmup_proportion=0.1, weight_decay=0.01, clipnorm=1.0, total_steps=None,
-                layer_decay=None, **kwargs):  # fmt: skip
-        """Keras `compile` with the fine-tuning recipe as defaults: `optimizer="auto"` is AdamW
-        (weight decay not on LayerNorm and bias weights) with linear warmup over
-        `warmup_proportion` of the steps then linear decay to 0 at `total_steps`, and
-        global-norm clipping. When `total_steps` is None, each `fit` counts its own steps and
-        runs the warmup and decay over them, with a new AdamW; given, the schedule spans every
-        fit and train_on_batch until it ends, and training past its end (where the rate is 0)
-        is refused. `layer_decay` < 1
-        scales the rate of transformer block i by `layer_decay ** (num_layers - i)` and the
-        embeddings' by `layer_decay ** (num_layers + 1)` (optimization.AdamW)."""
-        loss = self.default_loss() if loss == "auto" else loss
-        metrics = self.default_metrics() if metrics == "auto" else metrics
-        self._keep_recipe(None)
-        if optimizer == "auto":
-            recipe = optimization.Recipe(learning_rate, warmup_proportion, weight_decay, clipnorm,
-                                         layer_decay)  # fmt: skip
-            if total_steps is not None:
-                whole_number(total_steps, 1, "total_steps", " (or None: fit counts them)")
-                optimizer = recipe.optimizer(total_steps)
-            else:
-                self._keep_recipe((recipe, dict(loss=loss, metrics=metrics, **kwargs)))
-                optimizer = keras.optimizers.AdamW(recipe.learning_rate)  # replaced in fit
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
-
-    def _check_can_train(self):
-        check_weights_can_change()
-        if self.encoder.policy.name in ("bfloat16", "float16"):  # not mixed: stored so
-            raise ValueError(f"this model stores its weights in {self.encoder.policy.name} for "
-                             "inference (with_precision(..., for_inference=True)) and cannot "
-                             "train; train the model it was made from, or "
-                             f"with_precision({self.encoder.policy.name!r}) (mixed precision)")
-
-    def _check_weights(self, sample_weight=None, class_weight=None):
-        """Refuses weights the model cannot apply, before any graph runs: Keras applies a
-        class_weight missing a class with an index error mid-epoch, and applies none at all to
-        a model with several outputs or a label per token."""
-        name = type(self).__name__
-        if sample_weight is not None and not self.takes_sample_weight:
-            raise ValueError(f"{name} weighs its predictions itself; pass no sample_weight")
-        if class_weight is None:
-            return
-        count = self.class_count()
-        if count is None:
-            other = " (weigh examples with sample_weight)" if self.takes_sample_weight else ""
-            raise ValueError(f"{name} takes no class_weight: it has no single label per "
-                             f"example{other}")  # fmt: skip
-        keys = sorted(class_weight) if isinstance(class_weight, dict) else None
-        if keys != list(range(count)):
-            raise ValueError(f"class_weight must map each class 0 to {count - 1} to its weight, "
-                             f"got the keys {keys}")  # fmt: skip
-        batching.check_sample_weights([list(class_weight.values())], "class_weight")
-
-    def get_compile_config(self):
-        """compile()'s settings as `save(include_optimizer=True)` writes them for Keras's load
-        (`compile_from_config`): Keras's own, the recipe each fit makes its optimizer from (if
-        any), and whether the optimizer had variables to save."""
-        config = super().get_compile_config()
-        if config:
-            recipe = getattr(self, "_recipe", None)
-            config = {**config, "optimizer_built": self.optimizer.built,
-                      "recipe": None if recipe is None else dataclasses.asdict(recipe[0])}
-        return config
-
-    def compile_from_config(self, config):
-        """Compiles as the saved model was, with its optimizer, which Keras then loads the saved
-        state into: the next fit goes on from the step and the Adam moments where the saved
-        model stopped. (Keras's own method compiles no model whose compile is its own, and
-        such a file loaded then failed in fit: "object has no attribute 'optimizer'".)"""
-        config = dict(config)
-        built, recipe = config.pop("optimizer_built", False), config.pop("recipe", None)
-        config = keras.saving.deserialize_keras_object(config)
-        self.compile(**config)
-        if recipe is not None:
-            kept = {k: v for k, v in config.items() if k != "optimizer"}
-            self._keep_recipe((optimization.Recipe(**recipe), kept))
-        if built and self.built:
-            self.optimizer.build(self.trainable_variables)
-
-    def _keep_recipe(self, recipe):
-        """Keeps (optimization.Recipe, compile's other arguments) for each fit to count its
-        steps. Kept outside Keras's attribute tracking: tracked, the metrics became the model's
-        own, and one compile() followed by another made with other metric objects (say with
-        total_steps) reported the first one's never-updated accuracy, 0, for the real one."""
-        object.__setattr__(self, "_recipe", recipe)
-
-    def default_loss(self):
-        raise NotImplementedError
-
-    def default_metrics(self):
-        return None
-
     def fit(self, x=None, y=None, batch_size=None, epochs=1, *, sample_weight=None,
             validation_data=None, steps_per_epoch=None, shuffle=True, seed=None, **kwargs):  # fmt: skip
         """Keras `fit` on raw data: x a list or array of strings (a pair of them for pair
@@ -240,12 +132,7 @@ class BertTask(ServableModel):
             dataset = dataset.apply(tf.data.experimental.assert_cardinality(
                 batching.count_steps(dataset)))  # fmt: skip
         steps = (steps_per_epoch or int(dataset.cardinality())) * (epochs - initial_epoch)
-        if getattr(self, "_recipe", None) is not None:
-            # A schedule for this fit's steps. Reused, the first fit's ended at a rate of 0, and
-            # a second fit changed no weight while Keras reported its loss.
-            (recipe, compile_kwargs) = self._recipe
-            with self.distribute_strategy.scope():  # the one the model was made under, if any
-                super().compile(optimizer=recipe.optimizer(steps), **compile_kwargs)
+        self._follow_recipe(steps)
         optimization.check_schedule_covers(self.optimizer, steps)
         if validation_data is not None:
             validation_data = self.make_dataset(
