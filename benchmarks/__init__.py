@@ -57,11 +57,13 @@ def define_forward_flags():
                       "call.")  # fmt: skip
 
 
-def define_forms_flags():
-    """The flags of the scripts that time forms of one computation side by side (`time_forms`)."""
+def define_forms_flags(layers=True):
+    """The flags of the scripts that time forms of one computation side by side (`time_forms`);
+    `layers=False` for a script that times no encoder (no --layers)."""
     flags.DEFINE_integer("rounds", 11, "Rounds; each times every form.")
     flags.DEFINE_integer("steps", 3, "Calls a form is timed over, per round.")
-    flags.DEFINE_integer("layers", 12, "Encoder blocks (BERT-base has 12).")
+    if layers:
+        flags.DEFINE_integer("layers", 12, "Encoder blocks (BERT-base has 12).")
 
 
 def time_forms(forms):

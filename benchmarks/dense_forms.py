@@ -32,13 +32,12 @@ import tensorflow as tf
 from absl import app, flags
 
 import benchmarks
-from benchmarks import define_shape_flags, time_forms
+from benchmarks import define_forms_flags, define_shape_flags, time_forms
 from keras_bert.primitives import GeluDense
 
 FLAGS = flags.FLAGS
 define_shape_flags()
-flags.DEFINE_integer("rounds", 11, "Rounds; each times every form.")
-flags.DEFINE_integer("steps", 3, "Calls a form is timed over, per round.")
+define_forms_flags(layers=False)
 flags.adopt_module_key_flags(benchmarks)  # so that --help lists them
 
 SHAPES = {"square": (768, 768, False), "up": (768, 3072, True), "down": (3072, 768, False)}

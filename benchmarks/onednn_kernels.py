@@ -41,6 +41,7 @@ flags.DEFINE_integer("steps", 3, "Steps summed (after 2 warm-up steps).", lower_
 flags.DEFINE_integer("top", 25, "Rows of the by-shape table.", lower_bound=1)
 flags.DEFINE_bool("child", False, "Internal: run the steps in this process, oneDNN printing.")
 
+
 def run_steps():
     """The child: warm up, then run --steps steps between the two markers."""
     import tensorflow as tf

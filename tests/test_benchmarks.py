@@ -341,6 +341,7 @@ def test_the_dense_forms_bench_times_each_form_of_each_product():
     assert sorted(report["batch_matmul_max_difference"]) == ["down", "square", "up"]
     assert all(d < 1e-5 for d in report["batch_matmul_max_difference"].values()), report
 
+
 def test_the_onednn_kernels_bench_reads_an_isa_whose_name_holds_commas():
     # An AMX CPU's name, as oneDNN prints it, has a comma: the report once kept the part before.
     from benchmarks.profiling import END, START, kernel_times
@@ -359,6 +360,7 @@ def test_the_onednn_kernels_bench_reads_an_isa_whose_name_holds_commas():
     assert report["ms_per_step"] == 2.0
     assert report["by_shape"] == {"matmul brg_matmul:avx10_1_512_amx 1024x768:768x768": {
         "ms_per_step": 2.0, "calls_per_step": 1.0}}
+
 
 def test_the_onednn_kernels_bench_names_each_products_kernel():
     forward = bench_report("onednn_kernels", "--precision=float32", "--layers=1",
