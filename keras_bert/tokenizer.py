@@ -52,6 +52,13 @@ class BertTokenizer(keras.layers.Layer):
     gives a dense (tokens,), texts of shape (a, b) a ragged (a, b, (tokens)).
     """
 
+    # Where a traced call splits its batch in two. SST-2 dev sentences through a traced
+    # preprocessor on a 2-core CPU, split against whole: batches of 32 1.08x to 1.19x faster,
+    # 128 1.64x, 8 5% slower (split without a size check: batch 1 13% slower; with it, 5%).
+    # A single `tf.cond` on the printable check before the split made 32 1.4x slower than
+    # no split; so each half is checked and cleaned on its own.
+    SPLIT_FROM = 16
+
     def __init__(self, vocabulary=None, do_lower_case=True, **kwargs):
         kwargs.setdefault("dtype", "int32")
         super().__init__(**kwargs)
@@ -132,13 +139,25 @@ class BertTokenizer(keras.layers.Layer):
         """Token ids only. A batch of printable ASCII texts (the common case) needs only
         lower-casing before WordPiece; any other batch is cleaned text by text
         (`text_cleaning.clean`: a few ops for the batch rather than one pass per character; the
-        same text, checked on 21,980 real texts and 20,000 random ones). One `tf.cond` for the whole batch:
-        splitting its rows between the two made every batch slower."""
+        same text, checked on 21,980 real texts and 20,000 random ones). One `tf.cond` for the
+        whole batch (or each half of it, below): splitting its rows between the two made every
+        batch slower."""
         self._check_vocabulary()
         inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
-        printable = all_printable_ascii(inputs)
-        cleaned = tf.cond(printable, lambda: self._lowered(inputs),
-                          lambda: clean(valid_utf8(inputs), self.do_lower_case))  # fmt: skip
+        if inputs.shape.rank != 1 or tf.executing_eagerly():
+            return self._ids(inputs)
+        # In a graph, a batch of SPLIT_FROM texts or more is tokenized as two halves: two chains
+        # of ops, which TensorFlow's inter-op threads run side by side (see SPLIT_FROM).
+        size = tf.shape(inputs)[0]
+        half = size // 2
+        return tf.cond(size >= self.SPLIT_FROM,
+                       lambda: tf.concat([self._ids(inputs[:half]), self._ids(inputs[half:])], 0),
+                       lambda: self._ids(inputs))  # fmt: skip
+
+    def _ids(self, texts):
+        printable = all_printable_ascii(texts)
+        cleaned = tf.cond(printable, lambda: self._lowered(texts),
+                          lambda: clean(valid_utf8(texts), self.do_lower_case))  # fmt: skip
         return self._wordpiece.tokenize(cleaned)
 
     def tokenize_with_offsets(self, inputs):

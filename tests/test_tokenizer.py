@@ -38,6 +38,34 @@ def test_ids_match_the_reference_tokenizer(minilm_dir, texts, golden, casing, gr
         assert got == expected, text
 
 
+@pytest.mark.parametrize("casing", ["uncased", "cased"])
+def test_a_traced_call_tokenizes_a_batch_in_halves_with_the_reference_ids(
+    minilm_dir, texts, golden, casing
+):
+    """In a graph, a batch of SPLIT_FROM texts or more is tokenized as two halves, each
+    checked and cleaned on its own. Batches either side of that size, with halves of printable
+    ASCII only, of other texts only, and of both, must give the reference ids in order."""
+    tokenizer = BertTokenizer(os.path.join(minilm_dir, "vocab.txt"),
+                              do_lower_case=casing == "uncased")  # fmt: skip
+    traced = tf.function(tokenizer, input_signature=[tf.TensorSpec([None], tf.string)])
+    graph = traced.get_concrete_function().graph.as_graph_def()
+    wordpieces = [n for f in graph.library.function for n in f.node_def
+                  if n.op == "FastWordpieceTokenizeWithOffsets"]  # fmt: skip
+    assert len(wordpieces) == 3  # the whole batch, or each of its halves
+    printable = [(t, ids) for t, ids in zip(texts["sst2"], golden[casing]["sst2"])
+                 if t.isascii() and t.isprintable()][:40]  # fmt: skip
+    others = [(t, ids) for t, ids in zip(texts["squad"] + texts["edge_cases"],
+                                         golden[casing]["squad"] + golden[casing]["edge_cases"])
+              if not (t.isascii() and t.isprintable())]  # fmt: skip
+    split = BertTokenizer.SPLIT_FROM
+    batches = [printable[:split - 1], printable[:split], others[:split], others[:split + 1],
+               printable[:split] + others[:split], others[:9] + printable[:9], printable,
+               others[:1], []]  # fmt: skip
+    for batch in batches:
+        ids = traced(tf.constant([t for t, _ in batch], tf.string)).to_list()
+        assert ids == [expected for _, expected in batch], len(batch)
+
+
 @pytest.mark.parametrize("lower_case", [True, False])
 def test_ascii_texts_take_a_whole_text_path_with_the_same_ids(minilm_dir, texts, lower_case):
     """call() cleans pure-ASCII texts whole; tokenize_with_offsets() character by character.
