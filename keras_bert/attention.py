@@ -196,7 +196,7 @@ class BertSelfAttention(keras.layers.Layer):
         self._column_parts = self._split(count, first_only)
 
     def _split(self, count, first_only=False):
-        column_parts.check_shares(count, [("attention heads", self.num_attention_heads)])
+        count = column_parts.check_shares(count, [("attention heads", self.num_attention_heads)])
         if count == 1:
             return None
         if first_only:

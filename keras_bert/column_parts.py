@@ -14,6 +14,8 @@ import functools
 import tensorflow as tf
 from keras import ops
 
+from keras_bert.config import whole_number
+
 
 class DenseColumns(tf.Module):
     """Dense layers that read the same input, as `count` blocks of their output columns: block
@@ -28,7 +30,7 @@ class DenseColumns(tf.Module):
     def __init__(self, denses, count):
         denses = tuple(denses) if isinstance(denses, (tuple, list)) else (denses,)
         super().__init__(name="_".join(d.name for d in denses) + "_columns")
-        check_shares(count, [(f"units of {d.name}", d.units) for d in denses])
+        count = check_shares(count, [(f"units of {d.name}", d.units) for d in denses])
         self._widths = [dense.units // count for dense in denses]
         kernels = [tf.convert_to_tensor(d.kernel) for d in denses]
         biases = [tf.convert_to_tensor(d.bias) for d in denses]
@@ -71,7 +73,7 @@ class DenseRows(tf.Module):
     def __init__(self, dense, count):
         super().__init__(name=f"{dense.name}_rows")
         inputs = dense.kernel.shape[0]
-        check_shares(count, [(f"inputs of {dense.name}", inputs)])
+        count = check_shares(count, [(f"inputs of {dense.name}", inputs)])
         height = inputs // count
         kernel = tf.convert_to_tensor(dense.kernel)
         self.kernels = [tf.Variable(kernel[i * height : (i + 1) * height], trainable=False)
@@ -130,14 +132,14 @@ def of_layer(layer, training):
 
 
 def check_shares(count, sizes):
-    """Raises ValueError unless `count` is a whole number of column parts, at least 1, that
-    divides each of `sizes`, [(what, size)]."""
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise ValueError(f"column parts must be a whole number of at least 1, got {count!r}")
+    """`count` as an int; raises ValueError unless it is a whole number of column parts (a
+    Python or NumPy int), at least 1, that divides each of `sizes`, [(what, size)]."""
+    count = whole_number(count, 1, "column parts")
     for what, size in sizes:
         if size % count:
             raise ValueError(f"{size} {what} cannot be shared equally by {count} column parts; "
                              "use a count that divides them (1: each product whole)")
+    return count
 
 
 def _config_sizes(config):
@@ -152,8 +154,9 @@ SERVING_COLUMN_PARTS = 2
 
 
 def check_column_parts(config, count):
-    """Raises ValueError unless `count` column parts share a BertConfig's heads and sizes."""
-    check_shares(count, _config_sizes(config))
+    """`count` as an int; raises ValueError unless that many column parts share a BertConfig's
+    heads and sizes."""
+    return check_shares(count, _config_sizes(config))
 
 
 def serving_column_parts(config):

@@ -79,7 +79,7 @@ class ServableModel(keras.Model):
                              "export TF Serving SavedModels only")  # fmt: skip
         if column_parts is None:
             column_parts = serving_column_parts(self.encoder.config)
-        check_column_parts(self.encoder.config, column_parts)
+        column_parts = check_column_parts(self.encoder.config, column_parts)
         _check_precision(precision)
         inference = self._copy(precision, keep_outputs=self.ENCODER_OUTPUTS)
         if column_parts > 1:

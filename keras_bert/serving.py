@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
+from keras_bert.config import whole_number
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.tf_serving import LoadedLikeTfServing, error_line
 
@@ -172,9 +173,8 @@ def save_versioned(module, signatures, model_dir, warmup=None, version=None, opt
     model_name = os.path.basename(os.path.normpath(model_dir))
     if version is None:
         version = next_version(model_dir)
-    elif isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(f"version must be a whole number of at least 1 (TF Serving serves the "
-                         f"largest), got {version!r}")  # fmt: skip
+    else:
+        version = whole_number(version, 1, "version", " (TF Serving serves the largest)")
     final = os.path.join(model_dir, str(version))
     if os.path.exists(final):
         raise FileExistsError(f"{final} exists; pick another version, or leave it out (one more "

@@ -155,6 +155,10 @@ def test_versions_increase(sst2_run, tmp_path):
     with pytest.raises(FileExistsError, match="m/1 exists; pick another version, or leave it out"):
         model.export(str(tmp_path / "m"), version=1)
     assert sorted(os.listdir(tmp_path / "m")) == ["1", "2"]
+    # NumPy's ints are whole numbers too (a version or part count read from an array).
+    path = model.export(str(tmp_path / "n"), version=np.int64(3), column_parts=np.int64(1))
+    assert os.path.basename(path) == "3"
+    assert (12, 38) in {tuple(v.shape) for v in tf.saved_model.load(path).model_weights}
 
 
 def test_column_parts_flag_is_checked_against_the_model_before_exporting(sst2_run, tmp_path):
