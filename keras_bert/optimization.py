@@ -117,12 +117,26 @@ class AdamW(keras.optimizers.Adam):
     def apply(self, grads, trainable_variables=None):
         return super().apply(dense_gradients(grads), trainable_variables)
 
+    def _clip_gradients(self, grads):
+        """Keras's global-norm clipping (the same scale, NaN for a norm that is not finite),
+        each gradient's squared norm taken by one `L2Loss` op rather than a `Square` and a
+        `Sum`, which wrote a copy of every gradient first."""
+        clip_to = self.global_clipnorm
+        if self.clipnorm or self.clipvalue or not (clip_to and clip_to > 0):
+            return super()._clip_gradients(grads)
+        norm = tf.sqrt(tf.add_n([2 * tf.cast(tf.nn.l2_loss(g), tf.float32)
+                                 for g in grads if g is not None]))  # fmt: skip
+        clip = tf.constant(clip_to, tf.float32)
+        scale = clip * tf.minimum(1 / norm, 1 / clip) + (norm - norm)
+        return [g if g is None else g * tf.cast(scale, g.dtype) for g in grads]
+
     def update_step(self, gradient, variable, learning_rate):
         rate, decays = self._rates[self._var_key(variable)]
         learning_rate = ops.cast(learning_rate, variable.dtype) * rate
         if decays and self.decoupled_weight_decay:
-            # The scalars first: one pass over the weight, not two.
-            variable.assign_sub(variable * (self.decoupled_weight_decay * learning_rate))
+            # w * (1 - decay * lr): one pass over the weight, where w - w * (decay * lr) took a
+            # multiplication's pass and then a subtraction's.
+            variable.assign(variable * (1 - self.decoupled_weight_decay * learning_rate))
         fused_adam_step(self, gradient, variable, learning_rate)
 
     def get_config(self):

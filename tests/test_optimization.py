@@ -41,6 +41,12 @@ def test_our_optimizer_clips_gradients_to_the_global_norm(layer_decay):
     optimizer.apply([np.array([30.0, 40.0, 0.0], "float32")], [variable])
     momentum = [v for v in optimizer.variables if "momentum" in v.path]
     np.testing.assert_allclose(momentum[0].numpy(), [0.06, 0.08, 0.0], atol=1e-7)
+    # Under the clipping norm, a gradient is kept as it is; a norm that is not finite makes
+    # every gradient NaN, as Keras's clipping does, rather than a step that looks sound.
+    optimizer.apply([np.array([0.3, 0.4, 0.0], "float32")], [variable])
+    np.testing.assert_allclose(momentum[0].numpy(), [0.084, 0.112, 0.0], atol=1e-7)
+    optimizer.apply([np.array([np.inf, 1.0, 0.0], "float32")], [variable])
+    assert np.isnan(momentum[0].numpy()).all()
 
 
 def test_layer_decay_sets_each_variables_effective_learning_rate(tiny_checkpoint):
