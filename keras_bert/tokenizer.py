@@ -53,10 +53,11 @@ class BertTokenizer(keras.layers.Layer):
     """
 
     # Where a traced call splits its batch in two. SST-2 dev sentences through a traced
-    # preprocessor on a 2-core CPU, split against whole: batches of 32 1.08x to 1.19x faster,
-    # 128 1.64x, 8 5% slower (split without a size check: batch 1 13% slower; with it, 5%).
-    # A single `tf.cond` on the printable check before the split made 32 1.4x slower than
-    # no split; so each half is checked and cleaned on its own.
+    # preprocessor on a 2-core CPU, against the whole batch: 32 1.04x to 1.14x faster (five
+    # runs), 128 1.64x to 1.67x; below SPLIT_FROM the size check costs 8 about 5% and 1 about
+    # 3% (split without the check: 1 13% slower). A single `tf.cond` on the printable check
+    # before the split made 32 1.4x slower than no split; so each half is checked and cleaned
+    # on its own.
     SPLIT_FROM = 16
 
     def __init__(self, vocabulary=None, do_lower_case=True, **kwargs):
