@@ -74,17 +74,29 @@ def checkpoint_config(folder):
     return next((path for path in paths if os.path.isfile(path)), None)
 
 
-def checkpoint_products(folder, rows, rng):
-    """(input, [(weight, bias), ...]), float32, random: the dense products of one call of the
-    checkpoint in `folder` (its config.json, or a Google release's bert_config.json, gives the
-    widths and the number of blocks) on a sentence of `rows` tokens: each block's query, key,
-    value, output, up and down, to be run chained in this order, each fed the previous one's
-    output."""
+# BERT-base's widths and blocks (keras_bert's and transformers' BertConfig defaults): the model
+# of the encoder bench, for `peers --bench=products --widths=base`.
+BERT_BASE_WIDTHS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12}
+
+
+def products_widths(opts):
+    """The widths and blocks the products bench runs: BERT-base's (--widths=base) or those of
+    the checkpoint's config.json, or a Google release's bert_config.json."""
+    if opts.get("widths") == "base":
+        return BERT_BASE_WIDTHS
+    folder = checkpoint_folder(opts)
     path = checkpoint_config(folder)
     if path is None:
         raise ValueError(f"{folder} holds no config.json or bert_config.json")
     with open(path, encoding="utf-8") as f:
-        config = json.load(f)
+        return json.load(f)
+
+
+def checkpoint_products(config, rows, rng):
+    """(input, [(weight, bias), ...]), float32, random: the dense products of one call of an
+    encoder of `config`'s widths and blocks (`products_widths`) on a sentence of `rows` tokens:
+    each block's query, key, value, output, up and down, to be run chained in this order, each
+    fed the previous one's output."""
     hidden, inner = config["hidden_size"], config["intermediate_size"]
     shapes = [(hidden, hidden)] * 4 + [(hidden, inner), (inner, hidden)]
     layers = [(rng.standard_normal(shape).astype("float32") * 0.05,

@@ -16,6 +16,8 @@
     python -m benchmarks.peers --bench=finetune     # fine-tuning MiniLM on SST-2, examples/s
     python -m benchmarks.peers --bench=products --threads=1,2
                                                     # a 25-token sentence's dense products alone
+        [--widths=base --batch_size=1024]           # ... BERT-base's, at the encoder bench's
+                                                    #     8 x 128 tokens
         [--onednn_frozen_weights]                   # ... also with oneDNN's weights kept
 
 Each side runs in a worker process (benchmarks/peer_tf.py, benchmarks/peer_torch.py) that sets
@@ -68,6 +70,10 @@ flags.DEFINE_string("run_dir", os.path.join("runs", "quickstart"), "serving: the
                     "export came from; the PyTorch side loads its weights.")
 flags.DEFINE_string("checkpoint", None, "finetune, tokenizer and products: the checkpoint "
                     "folder (products: its config's widths). Default: MiniLM.")
+flags.DEFINE_enum("widths", "checkpoint", ["checkpoint", "base"], "products: the widths "
+                  "and blocks of the products: the checkpoint's (--checkpoint), or BERT-base's "
+                  "(hidden 768, 12 blocks; with --batch_size=1024 the shapes the encoder bench "
+                  "trains and runs its forward on).")
 flags.DEFINE_string("output", None, "Also write the JSON report to this file.")
 flags.DEFINE_list("threads", [], "Threads each side computes an op with (TensorFlow's "
                   "intra-op threads, torch.set_num_threads), the same on both sides; 0 is each "
@@ -141,7 +147,14 @@ def options():
     if FLAGS.checkpoint and not os.path.isdir(FLAGS.checkpoint):
         raise app.UsageError(f"--checkpoint={FLAGS.checkpoint}: no such folder; give a "
                              "checkpoint folder, or leave the flag out for MiniLM")  # fmt: skip
-    if FLAGS.bench == "products" and FLAGS.checkpoint and not checkpoint_config(FLAGS.checkpoint):
+    if FLAGS.widths != "checkpoint" and FLAGS.bench != "products":
+        raise app.UsageError(f"--widths={FLAGS.widths}: for --bench=products, not "
+                             f"{FLAGS.bench}")  # fmt: skip
+    if FLAGS.widths != "checkpoint" and FLAGS.checkpoint:
+        raise app.UsageError(f"--widths={FLAGS.widths} takes no --checkpoint (the products' "
+                             "widths are then BERT-base's): leave one of the two out")  # fmt: skip
+    if (FLAGS.bench == "products" and FLAGS.widths == "checkpoint" and FLAGS.checkpoint
+            and not checkpoint_config(FLAGS.checkpoint)):  # fmt: skip
         raise app.UsageError(f"--checkpoint={FLAGS.checkpoint}: no config.json or "
                              "bert_config.json there, which the products take their widths "
                              "from; give a checkpoint folder")  # fmt: skip
@@ -151,7 +164,7 @@ def options():
         export = newest_export("sst-2")
     return {"bench": FLAGS.bench, "batch_size": batch_size, "seq_length": FLAGS.seq_length,
             "steps": FLAGS.steps, "precisions": FLAGS.precisions, "export": export,
-            "run_dir": FLAGS.run_dir, "checkpoint": FLAGS.checkpoint,
+            "run_dir": FLAGS.run_dir, "checkpoint": FLAGS.checkpoint, "widths": FLAGS.widths,
             "onednn_frozen_weights": FLAGS.onednn_frozen_weights,
             "threads": thread_settings(), "onednn": onednn_settings(), "tf_env": tf_env(),
             "scratch": tempfile.mkdtemp(prefix="peers-")}  # fmt: skip

@@ -82,33 +82,49 @@ def test_the_products_bench_offers_each_precision():
     assert sorted(offered_jobs(options)) == ["bfloat16/products", "float32/products"]
 
 
-def test_the_products_bench_takes_its_widths_from_the_checkpoint(tiny_checkpoint, tmp_path):
+def test_the_products_bench_takes_its_widths_from_the_checkpoint_or_bert_base(tiny_checkpoint,
+                                                                              tmp_path):
     # Both sides build the products from the checkpoint's config (the PyTorch worker cannot
-    # import keras_bert's), in the Hugging Face layout or the Google release's.
-    from benchmarks.peer_worker import checkpoint_products
+    # import keras_bert's), in the Hugging Face layout or the Google release's; --widths=base
+    # gives BERT-base's, the encoder bench's model, with no checkpoint.
+    from benchmarks.peer_worker import checkpoint_products, products_widths
+    from keras_bert import BertConfig
 
     with open(os.path.join(tiny_checkpoint, "config.json")) as f:
         config = json.load(f)
     google = {"hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 2}
     (tmp_path / "bert_config.json").write_text(json.dumps(google))
-    for folder, c in ((tiny_checkpoint, config), (str(tmp_path), google)):
+    base = BertConfig().to_dict()
+    for opts, c in (({"checkpoint": tiny_checkpoint}, config),
+                    ({"checkpoint": str(tmp_path)}, google),
+                    ({"widths": "base"}, base)):  # fmt: skip
         hidden, inner = c["hidden_size"], c["intermediate_size"]
-        x, layers = checkpoint_products(folder, 5, np.random.default_rng(0))
+        x, layers = checkpoint_products(products_widths(opts), 5, np.random.default_rng(0))
         assert x.shape == (5, hidden)
         block = [(hidden, hidden, hidden)] * 4 + [(hidden, inner, inner), (inner, hidden, hidden)]
         assert [w.shape + b.shape for w, b in layers] == c["num_hidden_layers"] * block
+    assert (base["hidden_size"], base["num_hidden_layers"]) == (768, 12)
 
 
 def test_the_products_bench_refuses_a_checkpoint_folder_without_a_config(tmp_path):
-    # One usage line before any worker starts (a worker's traceback before).
-    bench = subprocess.run([sys.executable, "-m", "benchmarks.peers", "--bench=products",
-                            f"--checkpoint={tmp_path}"], cwd=ROOT, capture_output=True,
-                           text=True, timeout=600)  # fmt: skip
-    assert bench.returncode == 1, bench.stderr[-3000:]
-    assert bench.stderr.strip().splitlines()[-1] == (
-        f"--checkpoint={tmp_path}: no config.json or bert_config.json there, which the "
-        "products take their widths from; give a checkpoint folder")
-    assert "Traceback" not in bench.stderr
+    # One usage line before any worker starts (a worker's traceback before); the same for
+    # --widths=base with a checkpoint, whose widths it would ignore, and for another bench.
+    for flags, line in (
+        ([f"--checkpoint={tmp_path}"],
+         f"--checkpoint={tmp_path}: no config.json or bert_config.json there, which the "
+         "products take their widths from; give a checkpoint folder"),
+        (["--widths=base", f"--checkpoint={tmp_path}"],
+         "--widths=base takes no --checkpoint (the products' widths are then BERT-base's): "
+         "leave one of the two out"),
+        (["--widths=base", "--bench=tokenizer"],
+         "--widths=base: for --bench=products, not tokenizer"),
+    ):
+        bench = subprocess.run([sys.executable, "-m", "benchmarks.peers", "--bench=products",
+                                *flags], cwd=ROOT, capture_output=True, text=True,
+                               timeout=600)  # fmt: skip
+        assert bench.returncode == 1, bench.stderr[-3000:]
+        assert bench.stderr.strip().splitlines()[-1] == line
+        assert "Traceback" not in bench.stderr
 
 
 def test_the_finetune_bench_offers_only_the_precisions_asked_for(tiny_checkpoint):
