@@ -10,7 +10,7 @@ import sys
 from benchmarks import peer_worker, random_token_ids, tf_serving_module
 from benchmarks.peer_worker import (FINETUNE_STEPS_PER_STEP_FLAG, PRODUCTS_CALLS,
                                      SERVING_SENTENCES, checkpoint_folder,
-                                     checkpoint_products, products_widths, sst2)
+                                     encoder_products, products_widths, sst2)
 
 CHANNEL = peer_worker.protocol_channel()
 
@@ -161,7 +161,7 @@ def products_jobs(opts):
     the weights in constants. oneDNN reorders them on every call, unless the worker runs with
     TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (peers --onednn_frozen_weights), as a served bfloat16
     export does."""
-    x, layers = checkpoint_products(products_widths(opts), opts["batch_size"],
+    x, layers = encoder_products(products_widths(opts), opts["batch_size"],
                                     np.random.default_rng(0))
 
     def job(dtype):

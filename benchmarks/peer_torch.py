@@ -8,7 +8,7 @@ import os
 from benchmarks import peer_worker
 from benchmarks.peer_worker import (FINETUNE_STEPS_PER_STEP_FLAG, PRODUCTS_CALLS,
                                      SERVING_SENTENCES, checkpoint_folder,
-                                     checkpoint_products, products_widths, sst2)
+                                     encoder_products, products_widths, sst2)
 
 CHANNEL = peer_worker.protocol_channel()
 
@@ -155,7 +155,7 @@ def finetune_jobs(opts):
 def products_jobs(opts):
     """A batch-1 call's dense products alone, in each of --precisions, as
     torch.nn.functional.linear (with bfloat16 weights, as autocast hands it them)."""
-    x, layers = checkpoint_products(products_widths(opts), opts["batch_size"],
+    x, layers = encoder_products(products_widths(opts), opts["batch_size"],
                                     np.random.default_rng(0))
 
     def job(dtype):

@@ -92,7 +92,7 @@ def products_widths(opts):
         return json.load(f)
 
 
-def checkpoint_products(config, rows, rng):
+def encoder_products(config, rows, rng):
     """(input, [(weight, bias), ...]), float32, random: the dense products of one call of an
     encoder of `config`'s widths and blocks (`products_widths`) on a sentence of `rows` tokens:
     each block's query, key, value, output, up and down, to be run chained in this order, each

@@ -87,7 +87,7 @@ def test_the_products_bench_takes_its_widths_from_the_checkpoint_or_bert_base(ti
     # Both sides build the products from the checkpoint's config (the PyTorch worker cannot
     # import keras_bert's), in the Hugging Face layout or the Google release's; --widths=base
     # gives BERT-base's, the encoder bench's model, with no checkpoint.
-    from benchmarks.peer_worker import checkpoint_products, products_widths
+    from benchmarks.peer_worker import encoder_products, products_widths
     from keras_bert import BertConfig
 
     with open(os.path.join(tiny_checkpoint, "config.json")) as f:
@@ -99,7 +99,7 @@ def test_the_products_bench_takes_its_widths_from_the_checkpoint_or_bert_base(ti
                     ({"checkpoint": str(tmp_path)}, google),
                     ({"widths": "base"}, base)):  # fmt: skip
         hidden, inner = c["hidden_size"], c["intermediate_size"]
-        x, layers = checkpoint_products(products_widths(opts), 5, np.random.default_rng(0))
+        x, layers = encoder_products(products_widths(opts), 5, np.random.default_rng(0))
         assert x.shape == (5, hidden)
         block = [(hidden, hidden, hidden)] * 4 + [(hidden, inner, inner), (inner, hidden, hidden)]
         assert [w.shape + b.shape for w, b in layers] == c["num_hidden_layers"] * block
