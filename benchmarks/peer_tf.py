@@ -162,7 +162,7 @@ def products_jobs(opts):
     TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (peers --onednn_frozen_weights), as a served bfloat16
     export does."""
     x, layers = encoder_products(products_widths(opts), opts["batch_size"],
-                                    np.random.default_rng(0))
+                                 np.random.default_rng(0))
 
     def job(dtype):
         inputs = tf.constant(x, dtype)

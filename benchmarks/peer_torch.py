@@ -156,7 +156,7 @@ def products_jobs(opts):
     """A batch-1 call's dense products alone, in each of --precisions, as
     torch.nn.functional.linear (with bfloat16 weights, as autocast hands it them)."""
     x, layers = encoder_products(products_widths(opts), opts["batch_size"],
-                                    np.random.default_rng(0))
+                                 np.random.default_rng(0))
 
     def job(dtype):
         inputs = torch.from_numpy(x).to(dtype)

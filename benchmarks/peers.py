@@ -153,8 +153,7 @@ def options():
     if FLAGS.widths != "checkpoint" and FLAGS.checkpoint:
         raise app.UsageError(f"--widths={FLAGS.widths} takes no --checkpoint (the products' "
                              "widths are then BERT-base's): leave one of the two out")  # fmt: skip
-    if (FLAGS.bench == "products" and FLAGS.widths == "checkpoint" and FLAGS.checkpoint
-            and not checkpoint_config(FLAGS.checkpoint)):  # fmt: skip
+    if FLAGS.bench == "products" and FLAGS.checkpoint and not checkpoint_config(FLAGS.checkpoint):
         raise app.UsageError(f"--checkpoint={FLAGS.checkpoint}: no config.json or "
                              "bert_config.json there, which the products take their widths "
                              "from; give a checkpoint folder")  # fmt: skip
