@@ -19,7 +19,9 @@ def without_autotuning(dataset):
     of 100 to 500 steps ended 40 to 55 s late on 2 AVX2 cores, and 0.6 s without it.
     Steps run as fast without it, AUTOTUNE parallelism and prefetch falling back to their
     defaults: the preprocessing costs about 0.5 ms a batch, a training step 100 ms or more.
-    `batched` applies it to what it builds from lists, the task binaries to their datasets."""
+    `batched` applies it to what it builds from lists, the task binaries to their datasets.
+    Under a strategy, the datasets that feed each device do not inherit these options:
+    `distribute.device_datasets_without_autotuning`."""
     options = tf.data.Options()
     options.autotune.enabled = False
     return dataset.with_options(options)

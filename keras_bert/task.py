@@ -153,8 +153,11 @@ class BertTask(Trainable, ServableModel):
 
         Under a strategy of several replicas, Keras's build from the first batch fails when the
         replicas' shares of it differ in size; `distribute.build_from_one_replica` mends that,
-        whoever made the strategy (this is where it is installed for MirroredStrategy)."""
+        whoever made the strategy (this is where it is installed for MirroredStrategy). Under
+        any strategy, `distribute.device_datasets_without_autotuning` is installed here too."""
         strategy = getattr(self, "_distribute_strategy", None)
+        if strategy is not None:
+            distribute.device_datasets_without_autotuning()
         if strategy is not None and strategy.num_replicas_in_sync > 1:
             distribute.build_from_one_replica()
         if getattr(self, "_distribute_strategy", True) is None and hasattr(self, "_symbolic_build"):
@@ -223,6 +226,7 @@ class BertTask(Trainable, ServableModel):
         strings)."""
         if self._preprocesses_in_step():
             return super().predict(self.batched(x, batch_size=batch_size), **kwargs)
+        distribute.device_datasets_without_autotuning()
         return super().predict(self.make_dataset(x, batch_size=batch_size), **kwargs)
 
     # Whether `predict` decodes the model's outputs (answers, entities) rather than returning

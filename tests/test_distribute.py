@@ -59,18 +59,30 @@ def test_mirrored_over_two_logical_cpus(tmp_path, tiny_checkpoint):
 
 
 # A task model made under a MirroredStrategy the caller built (not distribute.create_strategy),
-# fitted on batches of 3 that two replicas share as 2 and 1.
+# fitted on batches of 3 that two replicas share as 2 and 1. Before and after the fit, whether
+# autotuning runs in the datasets the strategy feeds each device from, for an input without it
+# (distribute.device_datasets_without_autotuning; the fit installs it).
 _MIRRORED_BY_HAND = """
 import sys
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras_bert
+from keras_bert import batching
 strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
+
+def device_autotuning():
+    dataset = batching.without_autotuning(tf.data.Dataset.range(8).batch(4))
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    devices = iterator._iterators[0]._iterator._device_iterators
+    return [device._dataset.options().autotune.enabled is not False for device in devices]
+
+print("before", device_autotuning())
 with strategy.scope():
     model = keras_bert.BertClassifier.from_checkpoint(sys.argv[1], sequence_length=16)
     model.compile()
 model.fit(["a good film", "a dull film", "fine"], [1, 0, 1], batch_size=3, verbose=0)
+print("after", device_autotuning())
 print("replicas", strategy.num_replicas_in_sync)
 """
 
@@ -78,7 +90,9 @@ print("replicas", strategy.num_replicas_in_sync)
 @pytest.mark.slow
 def test_a_task_model_fits_uneven_shares_under_a_strategy_made_by_hand(tiny_checkpoint):
     result = run([sys.executable, "-c", _MIRRORED_BY_HAND, tiny_checkpoint])
-    assert result.stdout.strip().splitlines()[-1] == "replicas 2"
+    # TensorFlow's own: each device's dataset runs autotuning whatever its input's options say.
+    assert result.stdout.strip().splitlines()[-3:] == [
+        "before [True, True]", "after [False, False]", "replicas 2"]
 
 
 @pytest.mark.slow
