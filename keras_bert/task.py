@@ -158,8 +158,8 @@ class BertTask(Trainable, ServableModel):
         strategy = getattr(self, "_distribute_strategy", None)
         if strategy is not None:
             distribute.device_datasets_without_autotuning()
-        if strategy is not None and strategy.num_replicas_in_sync > 1:
-            distribute.build_from_one_replica()
+            if strategy.num_replicas_in_sync > 1:
+                distribute.build_from_one_replica()
         if getattr(self, "_distribute_strategy", True) is None and hasattr(self, "_symbolic_build"):
             self._symbolic_build(data_batch=dataset.element_spec)
 
