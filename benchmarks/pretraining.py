@@ -6,7 +6,10 @@
    tokenized text with --num_workers=1 and with 2 processes, alternating rounds.
 2. Pre-training steps/s and real tokens/s of a BERT-base-sized pretrainer (masked positions
    gathered before the vocabulary projection) at batch 8, sequence 128, in float32 and
-   mixed_bfloat16, alternating rounds.
+   mixed_bfloat16, alternating rounds; `--model=small`: the tests' small pretrainer instead.
+   `--against_keras`: each also with Keras's SparseCategoricalCrossentropy and
+   SparseCategoricalAccuracy as its masked-LM loss and accuracy, in place of keras_bert's
+   (keras_bert/losses.py, keras_bert/metrics.py), and the ratio.
 """
 
 import glob
@@ -30,6 +33,20 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("text", os.path.join("tests", "data", "pretrain"), "Folder of .txt files.")
 flags.DEFINE_integer("rounds", 3, "Alternating rounds.")
 flags.DEFINE_integer("train_steps", 3, "Training steps timed per precision per round.")
+flags.DEFINE_enum("model", "base", ["base", "small"], "The pretrainer trained: BERT-base at batch "
+                  "8, sequence 128, 20 predictions a sequence; or the tests' small model (hidden "
+                  "64, 2 layers, a vocabulary of 30,522) at batch 32, sequence 64, 10 predictions "
+                  "a sequence, as tests/test_pretrain_task.py trains it.")  # fmt: skip
+flags.DEFINE_bool("against_keras", False, "Also train with Keras's SparseCategoricalCrossentropy "
+                  "and SparseCategoricalAccuracy as the masked-LM loss and accuracy, keras_bert's "
+                  "own (keras_bert/losses.py, metrics.py) replaced, and report the ratio of their "
+                  "steps/s.")  # fmt: skip
+flags.DEFINE_bool("creation", True, "Time instance creation (needs --text).")
+
+# (config, batch size, sequence length, predictions a sequence) of each --model.
+SMALL = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                   intermediate_size=128, max_position_embeddings=64)  # fmt: skip
+SHAPES = {"base": (BertConfig(), 8, 128, 20), "small": (SMALL, 32, 64, 10)}
 
 
 def creation(documents, special, workers):
@@ -46,17 +63,26 @@ def creation(documents, special, workers):
     return count / (time.perf_counter() - start)
 
 
-def training_step(precision):
+def training_step(precision, forms):
     keras.config.set_dtype_policy(precision)
-    model = BertPretrainer(BertEncoder(**BertConfig().to_dict()))
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(keras.optimizers.AdamW(1e-5), loss={"masked_lm": loss, "next_sentence": loss})
+    config, batch, length, predictions = SHAPES[FLAGS.model]
+    model = BertPretrainer(BertEncoder(**config.to_dict()))
+    if forms == "keras":
+        loss = {**model.default_loss(),
+                "masked_lm": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
+        accuracy = {name: [keras.metrics.SparseCategoricalAccuracy("accuracy")]
+                    for name in ("masked_lm", "next_sentence")}  # fmt: skip
+        model.compile(keras.optimizers.AdamW(1e-5), loss=loss, weighted_metrics=accuracy)
+    else:  # the model's own
+        model.compile(keras.optimizers.AdamW(1e-5))
     rng = np.random.default_rng(0)
-    x = {"input_word_ids": rng.integers(1000, 30000, (8, 128)).astype("int32"),
-         "input_mask": np.ones((8, 128), "int32"), "input_type_ids": np.zeros((8, 128), "int32"),
-         "masked_lm_positions": np.sort(rng.choice(128, (8, 20)), axis=1).astype("int32")}  # fmt: skip
-    y = {"masked_lm": rng.integers(1000, 30000, (8, 20)).astype("int32"),
-         "next_sentence": rng.integers(0, 2, 8).astype("int32")}  # fmt: skip
+    x = {"input_word_ids": rng.integers(1000, 30000, (batch, length)).astype("int32"),
+         "input_mask": np.ones((batch, length), "int32"),
+         "input_type_ids": np.zeros((batch, length), "int32"),
+         "masked_lm_positions": np.sort(rng.choice(length, (batch, predictions)),
+                                        axis=1).astype("int32")}  # fmt: skip
+    y = {"masked_lm": rng.integers(1000, 30000, (batch, predictions)).astype("int32"),
+         "next_sentence": rng.integers(0, 2, batch).astype("int32")}  # fmt: skip
     model.train_on_batch(x, y)
     keras.config.set_dtype_policy("float32")
     return lambda: model.train_on_batch(x, y)
@@ -64,6 +90,28 @@ def training_step(precision):
 
 def main(argv):
     del argv
+    report = {}
+    if FLAGS.creation:
+        report.update(creation_report())
+    forms = ("keras_bert", "keras") if FLAGS.against_keras else ("keras_bert",)
+    steps = {(p, form): training_step(p, form)
+             for p in ("float32", "mixed_bfloat16") for form in forms}  # fmt: skip
+    rounds = time_alternating({job: lambda step=step: [step() for _ in range(FLAGS.train_steps)]
+                               for job, step in steps.items()}, FLAGS.rounds)  # fmt: skip
+    seconds = {job: statistics.median(r) / FLAGS.train_steps for job, r in rounds.items()}
+    _, batch, length, _ = SHAPES[FLAGS.model]
+    name = {"base": "bert_base", "small": "small_model"}[FLAGS.model]
+    timed = report[f"{name}_pretraining_batch{batch}_seq{length}"] = {}
+    for precision in ("float32", "mixed_bfloat16"):
+        timed[precision] = {form: {"steps_per_s": 1 / s, "tokens_per_s": batch * length / s}
+                            for form in forms for s in [seconds[precision, form]]}  # fmt: skip
+        if FLAGS.against_keras:
+            timed[precision]["speedup_over_keras"] = (
+                seconds[precision, "keras"] / seconds[precision, "keras_bert"])  # fmt: skip
+    print(json.dumps(report, indent=2))
+
+
+def creation_report():
     tokenizer = BertTokenizer(os.path.join(default_checkpoint(), "vocab.txt"))
     documents = []
     for path in sorted(glob.glob(os.path.join(FLAGS.text, "*.txt"))):
@@ -74,19 +122,11 @@ def main(argv):
     for r in range(FLAGS.rounds):
         for workers in (1, 2) if r % 2 == 0 else (2, 1):
             rates[workers].append(creation(documents, special, workers))
-    steps = {p: training_step(p) for p in ("float32", "mixed_bfloat16")}
-    rounds = time_alternating({p: lambda step=step: [step() for _ in range(FLAGS.train_steps)]
-                               for p, step in steps.items()}, FLAGS.rounds)  # fmt: skip
-    seconds = {p: [s / FLAGS.train_steps for s in r] for p, r in rounds.items()}
-    report = {
+    return {
         "documents": len(documents),
         "creation_instances_per_s": {f"{w}_process": statistics.median(v) for w, v in rates.items()},
         "creation_speedup_2_over_1": statistics.median(rates[2]) / statistics.median(rates[1]),
-        "bert_base_pretraining_batch8_seq128": {
-            p: {"steps_per_s": 1 / statistics.median(s), "tokens_per_s": 8 * 128 / statistics.median(s)}
-            for p, s in seconds.items()},
     }  # fmt: skip
-    print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,17 @@ def pretrainer(tiny_checkpoint):
                                                      max_predictions=20)  # fmt: skip
 
 
+def test_masked_lm_trains_with_keras_bert_loss_and_accuracy(pretrainer):
+    # Over the vocabulary, keras_bert's forms of Keras's loss and accuracy (losses.py,
+    # metrics.py); the loss averaged over real predictions, the accuracy weighted so too.
+    pretrainer.compile()
+    config = pretrainer.get_compile_config()
+    loss, accuracy = config["loss"]["masked_lm"], config["weighted_metrics"]["masked_lm"]
+    assert loss["registered_name"] == "keras_bert>SparseCrossEntropyFromLogits"
+    assert loss["config"]["reduction"] == "mean_with_sample_weight"
+    assert [m["registered_name"] for m in accuracy] == ["keras_bert>SparseAccuracyFromLogits"]
+
+
 def test_sentence_pairs_are_real_next_or_from_another_document():
     docs = documents()
     firsts, seconds, labels = keras_bert.sentence_pairs(docs, seed=3)
