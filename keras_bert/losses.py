@@ -11,11 +11,11 @@ def sparse_cross_entropy_from_logits(labels, logits):
     `tf.nn.sparse_softmax_cross_entropy_with_logits`. `labels` are integers (floats holding
     integers are taken), shaped as `logits` without its last axis.
 
-    TensorFlow's op computes its gradient in the forward pass with Eigen, one row at a time.
-    Here the forward is a log-sum-exp and the gradient, softmax(logits) - one_hot(labels), is
-    computed when asked, with the softmax on oneDNN's kernel where TensorFlow has it. Forward
-    and backward on masked LM's (320, 30,522) float32 logits: 1.7x to 1.9x as fast (commit
-    message of this module). A label outside [0, vocabulary) is refused as the op refuses it.
+    TensorFlow's op computes its gradient in the forward pass, with Eigen. Here the forward is
+    a log-sum-exp and the gradient, softmax(logits) - one_hot(labels), is computed when asked,
+    with the softmax on oneDNN's kernel where TensorFlow has it. Forward and backward on
+    masked LM's (320, 30,522) float32 logits: 1.76x as fast (benchmarks/RESULTS.md, "A fifth
+    session there"). A label outside [0, vocabulary) is refused, as the op refuses it.
     """
     if labels.shape.rank is not None and logits.shape.rank is not None and (
             labels.shape.rank != logits.shape.rank - 1):  # fmt: skip
