@@ -17,6 +17,7 @@ def sparse_cross_entropy_from_logits(labels, logits):
     masked LM's (320, 30,522) float32 logits: 1.76x as fast (benchmarks/RESULTS.md, "A fifth
     session there"). A label outside [0, vocabulary) is refused, as the op refuses it.
     """
+    labels, logits = tf.convert_to_tensor(labels), tf.convert_to_tensor(logits)
     if labels.shape.rank is not None and logits.shape.rank is not None and (
             labels.shape.rank != logits.shape.rank - 1):  # fmt: skip
         raise ValueError(f"labels of shape {labels.shape} do not fit logits of shape "

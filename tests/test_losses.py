@@ -56,6 +56,13 @@ def test_a_label_outside_the_vocabulary_is_refused(bad):
         losses.sparse_cross_entropy_from_logits(labels, tf.zeros((3, 50)))
 
 
+def test_arrays_are_taken_as_tensors_are():
+    logits = np.array([[0.0, 1.0, 2.0], [3.0, 1.0, 0.0]], "float32")
+    got = losses.sparse_cross_entropy_from_logits(np.array([2, 1]), logits)
+    want = tf.nn.sparse_softmax_cross_entropy_with_logits(np.array([2, 1]), logits)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_labels_must_have_the_logits_shape_without_its_last_axis():
     with pytest.raises(ValueError, match=r"labels of shape \(3, 1\) do not fit logits"):
         losses.sparse_cross_entropy_from_logits(tf.zeros((3, 1), "int32"), tf.zeros((3, 50)))
