@@ -149,6 +149,28 @@ def test_preprocessors_called_from_python_run_one_traced_graph(tiny_checkpoint, 
     assert not np.array_equal(masked[0], masked[2])
 
 
+def test_a_preprocessor_called_from_python_follows_a_new_vocabulary_and_sequence_length(
+        tiny_checkpoint):  # fmt: skip
+    """The graph eager calls run is traced again when what it baked in changes: before, a
+    vocabulary set after the first call left it tokenizing with the old one's ids."""
+    tokenizer = keras_bert.BertTokenizer.from_checkpoint(tiny_checkpoint)
+    preprocessor = keras_bert.BertPreprocessor.from_tokenizer(tokenizer, 16)
+    vocabulary = list(tokenizer.vocabulary)
+    first, second = vocabulary.index("gripping"), vocabulary.index("moving")
+    before = preprocessor(SENTENCES[:1])["input_word_ids"].numpy()
+    assert list(before[0, 2:5]) == [first, 1010, second]  # "a gripping , moving film"
+
+    vocabulary[first], vocabulary[second] = "moving", "gripping"
+    tokenizer.set_vocabulary(vocabulary)
+    after = preprocessor(SENTENCES[:1])["input_word_ids"].numpy()
+    assert list(after[0, 2:5]) == [second, 1010, first]
+    np.testing.assert_array_equal(
+        after, keras.layers.Layer.__call__(preprocessor, SENTENCES[:1])["input_word_ids"])
+
+    preprocessor.packer.sequence_length = 4
+    assert preprocessor(SENTENCES[:1])["input_word_ids"].shape == (1, 4)
+
+
 def test_untruncated_lengths_are_what_the_packer_packs_without_truncation(tiny_checkpoint):
     from keras_bert.tagging import WordTagger
 
