@@ -39,6 +39,13 @@ def _symbolic(x):
     return any(isinstance(v, keras.KerasTensor) for v in x)
 
 
+def same_graph_settings(old, new):
+    """Whether two `BertPreprocessor.graph_settings` are the same: the vocabulary the same list
+    (`set_vocabulary` makes a new one; comparing 30,000 tokens every call would cost more than
+    tracing saves), the rest equal."""
+    return old[0] is new[0] and old[1:] == new[1:]
+
+
 @_SERIALIZABLE
 class BertPreprocessor(keras.layers.Layer):
     """Tokenizes and packs one text (`num_segments=1`) or a pair of texts per example.
@@ -64,9 +71,8 @@ class BertPreprocessor(keras.layers.Layer):
         self.packer = packer
         self.num_segments = num_segments
         self.built = True
-        # The graph eager calls run, with what it was traced for (_eager_function), kept where
-        # neither Keras nor tf.saved_model looks (both would save a function held as an
-        # attribute of the layer).
+        # The graph eager calls run and its graph_settings, kept where neither Keras nor
+        # tf.saved_model looks (both would save a function held as an attribute of the layer).
         object.__setattr__(self, "_eager_graph", [])
 
     @classmethod
@@ -123,21 +129,25 @@ class BertPreprocessor(keras.layers.Layer):
         return graph.inference_fn.call_preflattened(texts + graph.captured_inputs)
 
     def _eager_function(self, texts):
-        """The concrete function eager calls run, traced again after any change to what it
-        bakes in of the tokenizer and the packer: a vocabulary `set_vocabulary` replaced (a
-        graph traced before kept the old one's ids), the lower-casing, the packer's settings.
-        (A subclass's own settings are fixed when it is made.)"""
-        tokenizer, packer = self.tokenizer, self.packer
-        key = (id(tokenizer.vocabulary), tokenizer.do_lower_case, packer.cls_id, packer.sep_id,
-               packer.pad_id, packer.sequence_length, packer.pad_to_sequence_length)  # fmt: skip
-        if self._eager_graph and self._eager_graph[0] == key:
-            return self._eager_graph[2]
+        """The concrete function eager calls run, traced again once `graph_settings` change."""
+        settings = self.graph_settings()
+        if self._eager_graph and same_graph_settings(self._eager_graph[0], settings):
+            return self._eager_graph[1]
         specs = [tf.TensorSpec([None] * t.shape.rank, tf.string) for t in texts]
         graph = tf.function(lambda *t: self.call(t[0] if len(t) == 1 else list(t)),
                             autograph=False).get_concrete_function(*specs)  # fmt: skip
-        # The vocabulary is kept so that its id, in the key, is not another list's.
-        self._eager_graph[:] = [key, tokenizer.vocabulary, graph]
+        self._eager_graph[:] = [settings, graph]
         return graph
+
+    def graph_settings(self):
+        """What a graph traced from this layer bakes in of the tokenizer and the packer, which
+        a user can change after: the vocabulary (`set_vocabulary`; a graph traced before kept
+        the old one's ids), the lower-casing, the packer's ids and lengths. Whoever keeps such
+        a graph traces it again when these differ (`same_graph_settings`). A subclass's own
+        settings are fixed when it is made."""
+        tokenizer, packer = self.tokenizer, self.packer
+        return (tokenizer.vocabulary, tokenizer.do_lower_case, packer.cls_id, packer.sep_id,
+                packer.pad_id, packer.sequence_length, packer.pad_to_sequence_length)  # fmt: skip
 
     def texts(self, x):
         """x's texts, checked, as a list of tf.string tensors: what `call` takes."""

@@ -18,6 +18,7 @@ import tensorflow as tf
 from keras_bert import batching, distribute, optimization
 from keras_bert.config import whole_number
 from keras_bert.encoder import refuse_unknown_arguments
+from keras_bert.preprocessing import BertPreprocessor, same_graph_settings
 from keras_bert.servable import ServableModel
 from keras_bert.task_training import Trainable
 
@@ -250,11 +251,16 @@ class BertTask(Trainable, ServableModel):
         calls it with each batch's tensors, so that a `predict` whose last batch is smaller
         traced the model twice. On the quick start's MiniLM (872 sentences in batches of 64)
         the first `predict` took 13.2 to 13.6 s, the next ones 7.3 to 7.7 s."""
-        if self.predict_function is not None and not force:
+        # Its step preprocesses raw strings: made again once the preprocessor's settings change.
+        settings, made_for = self._graph_settings(), self.__dict__.get("_predict_settings")
+        if self.predict_function is not None and not force and (
+                settings is None or made_for is not None
+                and same_graph_settings(made_for, settings)):  # fmt: skip
             return self.predict_function
-        super().make_predict_function(force=force)
+        super().make_predict_function(force=True)
         if isinstance(self.predict_function, tf.types.experimental.PolymorphicFunction):
             self.predict_function = batching.AnyBatchSize(self.predict_function)
+        object.__setattr__(self, "_predict_settings", settings)  # a cache, not model state
         return self.predict_function
 
     def predict_step(self, data):
@@ -266,15 +272,28 @@ class BertTask(Trainable, ServableModel):
     def traced(self, function):
         """`function` as one tf.function for the model's life, so that its graph is traced
         once, not at every call (the dev callback that predicts after every epoch, each
-        `make_dataset` of fit and evaluate)."""
+        `make_dataset` of fit and evaluate); traced again once the preprocessor's
+        `graph_settings` change (a new vocabulary)."""
         # Kept outside Keras' attribute tracking: a plain cache, not a part of the model.
         cache = self.__dict__.get("_traced_functions")
         if cache is None:
             cache = {}
             object.__setattr__(self, "_traced_functions", cache)
-        if function not in cache:
-            cache[function] = batching.AnyBatchSize(tf.function(function, reduce_retracing=True))
-        return cache[function]
+        settings = self._graph_settings()
+        if function in cache:
+            traced_for, traced = cache[function]
+            if settings is None or same_graph_settings(traced_for, settings):
+                return traced
+        traced = batching.AnyBatchSize(tf.function(function, reduce_retracing=True))
+        cache[function] = (settings, traced)
+        return traced
+
+    def _graph_settings(self):
+        """The preprocessor's `graph_settings`, which the graphs that preprocess are traced
+        with; None without a BertPreprocessor."""
+        if isinstance(self.preprocessor, BertPreprocessor):
+            return self.preprocessor.graph_settings()
+        return None
 
     def map_batches(self, function, x, batch_size=None, verbose="auto", unit="example"):
         """Yields `function(*texts)` as NumPy values for each batch of raw x, through one

@@ -149,26 +149,38 @@ def test_preprocessors_called_from_python_run_one_traced_graph(tiny_checkpoint, 
     assert not np.array_equal(masked[0], masked[2])
 
 
-def test_a_preprocessor_called_from_python_follows_a_new_vocabulary_and_sequence_length(
-        tiny_checkpoint):  # fmt: skip
-    """The graph eager calls run is traced again when what it baked in changes: before, a
-    vocabulary set after the first call left it tokenizing with the old one's ids."""
-    tokenizer = keras_bert.BertTokenizer.from_checkpoint(tiny_checkpoint)
-    preprocessor = keras_bert.BertPreprocessor.from_tokenizer(tokenizer, 16)
+def test_preprocessing_graphs_follow_a_new_vocabulary_and_sequence_length(tiny_checkpoint):
+    """Every graph kept between calls that preprocesses (a preprocessor called from Python, a
+    task model's dataset map and its predict step) is traced again when what it baked in
+    changes: before, a vocabulary set after the first call left each on the old one's ids."""
+    model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=2,
+                                                      sequence_length=16)  # fmt: skip
+    preprocessor, tokenizer = model.preprocessor, model.preprocessor.tokenizer
     vocabulary = list(tokenizer.vocabulary)
     first, second = vocabulary.index("gripping"), vocabulary.index("moving")
-    before = preprocessor(SENTENCES[:1])["input_word_ids"].numpy()
-    assert list(before[0, 2:5]) == [first, 1010, second]  # "a gripping , moving film"
+    texts = SENTENCES[:1]  # "a gripping , moving film"
+
+    def ids():  # as a preprocessor called from Python, fit's dataset, a step's graph
+        dataset = next(iter(model.make_dataset(texts, [1])))[0]["input_word_ids"]
+        return preprocessor(texts)["input_word_ids"].numpy(), dataset.numpy()
+
+    for found in ids():
+        assert list(found[0, 2:5]) == [first, 1010, second]
+    before = model.predict(texts, verbose=0)
 
     vocabulary[first], vocabulary[second] = "moving", "gripping"
     tokenizer.set_vocabulary(vocabulary)
-    after = preprocessor(SENTENCES[:1])["input_word_ids"].numpy()
-    assert list(after[0, 2:5]) == [second, 1010, first]
-    np.testing.assert_array_equal(
-        after, keras.layers.Layer.__call__(preprocessor, SENTENCES[:1])["input_word_ids"])
+    op_by_op = keras.layers.Layer.__call__(preprocessor, texts)["input_word_ids"]
+    for found in ids():
+        np.testing.assert_array_equal(found, op_by_op)
+        assert list(found[0, 2:5]) == [second, 1010, first]
+    after = model.predict(texts, verbose=0)
+    model.predict_function = None  # a predict step made afresh
+    np.testing.assert_array_equal(after, model.predict(texts, verbose=0))
+    assert not np.allclose(after, before)
 
     preprocessor.packer.sequence_length = 4
-    assert preprocessor(SENTENCES[:1])["input_word_ids"].shape == (1, 4)
+    assert [found.shape for found in ids()] == [(1, 4), (1, 4)]
 
 
 def test_untruncated_lengths_are_what_the_packer_packs_without_truncation(tiny_checkpoint):
