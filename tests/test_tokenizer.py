@@ -66,6 +66,34 @@ def test_a_traced_call_tokenizes_a_batch_in_halves_with_the_reference_ids(
         assert ids == [expected for _, expected in batch], len(batch)
 
 
+def test_a_call_from_python_runs_one_traced_graph_until_the_vocabulary_changes(
+        minilm_dir, monkeypatch):  # fmt: skip
+    """Called eagerly on a batch, the tokenizer runs a graph traced on its first such call
+    (op by op, a list of texts also went through Keras's Layer.__call__ string by string),
+    and traces it again after set_vocabulary, whose ids it then gives."""
+    tokenizer = BertTokenizer(os.path.join(minilm_dir, "vocab.txt"))
+    traced_ids = []  # _ids' Python body: once per eager call op by op, only in tracing now
+    ids_of = BertTokenizer._ids
+    monkeypatch.setattr(tokenizer, "_ids", lambda t: traced_ids.append(1) or ids_of(tokenizer, t))
+    texts = ["a gripping , moving film", "dull"]
+    first = tokenizer(texts)
+    traced = len(traced_ids)
+    assert isinstance(first, tf.RaggedTensor) and traced > 0
+    assert tokenizer(np.array(texts * 20)).to_list() == first.to_list() * 20
+    assert tokenizer(tf.constant(texts[1:])).to_list() == first.to_list()[1:]
+    assert len(traced_ids) == traced  # other batch sizes and types: the same graph
+
+    vocabulary = list(tokenizer.vocabulary)
+    a, b = vocabulary.index("gripping"), vocabulary.index("moving")
+    assert first.to_list()[0][1:4] == [a, 1010, b]
+    vocabulary[a], vocabulary[b] = "moving", "gripping"
+    tokenizer.set_vocabulary(vocabulary)
+    assert tokenizer(texts).to_list()[0][1:4] == [b, 1010, a]
+    assert len(traced_ids) == 2 * traced
+    # Texts of other ranks still run op by op.
+    assert tokenizer(tf.constant("dull")).numpy().tolist() == first.to_list()[1]
+
+
 @pytest.mark.parametrize("lower_case", [True, False])
 def test_ascii_texts_take_a_whole_text_path_with_the_same_ids(minilm_dir, texts, lower_case):
     """call() cleans pure-ASCII texts whole; tokenize_with_offsets() character by character.
