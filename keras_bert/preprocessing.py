@@ -9,7 +9,7 @@ pre-training one runs as one traced graph (`BertPreprocessor.__call__`).
 import keras
 import tensorflow as tf
 
-from keras_bert.tokenizer import BertPacker
+from keras_bert.tokenizer import BertPacker, same_graph_settings
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 
@@ -37,13 +37,6 @@ def _symbolic(x):
     elif not isinstance(x, (tuple, list)):
         x = [x]
     return any(isinstance(v, keras.KerasTensor) for v in x)
-
-
-def same_graph_settings(old, new):
-    """Whether two `BertPreprocessor.graph_settings` are the same: the vocabulary the same list
-    (`set_vocabulary` makes a new one; comparing 30,000 tokens every call would cost more than
-    tracing saves), the rest equal."""
-    return old[0] is new[0] and old[1:] == new[1:]
 
 
 @_SERIALIZABLE

@@ -173,7 +173,7 @@ class BertTokenizer(keras.layers.Layer):
         parts, which are known to be valid: no checks to run on them again."""
         settings = (self.vocabulary, self.do_lower_case)
         cache = self.__dict__.setdefault("_eager_graph", [])  # where tf.saved_model looks not
-        if not (cache and cache[0][0] is settings[0] and cache[0][1:] == settings[1:]):
+        if not (cache and same_graph_settings(cache[0], settings)):
             def parts(texts):
                 ids = self.call(texts)
                 return ids.flat_values, ids.row_splits
@@ -255,6 +255,16 @@ class BertTokenizer(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "do_lower_case": self.do_lower_case}
+
+
+def same_graph_settings(old, new):
+    """Whether the settings two graphs were traced with, tuples that start with a vocabulary,
+    are the same: the vocabulary the same list (`set_vocabulary` makes a new one; comparing
+    30,000 tokens at every call would cost more than tracing saves), the rest equal. None, for
+    no settings, equals only None."""
+    if old is None or new is None:
+        return old is new
+    return old[0] is new[0] and old[1:] == new[1:]
 
 
 def _trim_lengths(first_lengths, second_lengths, budget):
