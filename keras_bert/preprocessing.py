@@ -138,9 +138,9 @@ class BertPreprocessor(keras.layers.Layer):
         the old one's ids), the lower-casing, the packer's ids and lengths. Whoever keeps such
         a graph traces it again when these differ (`same_graph_settings`). A subclass's own
         settings are fixed when it is made."""
-        tokenizer, packer = self.tokenizer, self.packer
-        return (tokenizer.vocabulary, tokenizer.do_lower_case, packer.cls_id, packer.sep_id,
-                packer.pad_id, packer.sequence_length, packer.pad_to_sequence_length)  # fmt: skip
+        packer = self.packer
+        return (*self.tokenizer.graph_settings(), packer.cls_id, packer.sep_id, packer.pad_id,
+                packer.sequence_length, packer.pad_to_sequence_length)  # fmt: skip
 
     def texts(self, x):
         """x's texts, checked, as a list of tf.string tensors: what `call` takes."""
