@@ -1,14 +1,6 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# Under pytest-xdist each worker process, and every binary its tests start (they inherit the
-# environment), runs an op on its share of the cores: by default TensorFlow gives every process
-# a thread per core, and two workers on two cores then wait on each other's preempted threads
-# (test_models.py and test_pretrain_task.py: 640 s with the default, 533 and 545 s with this).
-# Set before TensorFlow starts its thread pools; `-n 0` keeps TensorFlow's default.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    share = len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
-    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(max(1, share)))
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
