@@ -9,7 +9,7 @@ pre-training one runs as one traced graph (`BertPreprocessor.__call__`).
 import keras
 import tensorflow as tf
 
-from keras_bert.tokenizer import BertPacker, same_graph_settings
+from keras_bert.tokenizer import BertPacker, call_traced, same_graph_settings
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 
@@ -114,12 +114,7 @@ class BertPreprocessor(keras.layers.Layer):
                 or _symbolic(x)):  # fmt: skip
             return super().__call__(x, *args, **kwargs)
         texts = self.texts(x)
-        graph = self._eager_function(texts)
-        # The traced function itself, given its flat inputs: ConcreteFunction.__call__ binds
-        # them to its signature first; without that, calls on batches of 1 to 128 SST-2
-        # sentences ran 1.08x to 1.29x as fast (benchmarks/RESULTS.md). Strings in and ids
-        # out: there is no gradient tape to record for.
-        return graph.inference_fn.call_preflattened(texts + graph.captured_inputs)
+        return call_traced(self._eager_function(texts), texts)
 
     def _eager_function(self, texts):
         """The concrete function eager calls run, traced again once `graph_settings` change."""

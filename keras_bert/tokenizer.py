@@ -180,8 +180,7 @@ class BertTokenizer(keras.layers.Layer):
 
             cache[:] = [settings, tf.function(parts, autograph=False).get_concrete_function(
                 tf.TensorSpec([None], tf.string))]
-        graph = cache[1]
-        values, splits = graph.inference_fn.call_flat(texts, *graph.captured_inputs)
+        values, splits = call_traced(cache[1], [texts])
         return tf.RaggedTensor.from_row_splits(values, splits, validate=False)
 
     def graph_settings(self):
@@ -271,6 +270,16 @@ def same_graph_settings(old, new):
     if old is None or new is None:
         return old is new
     return old[0] is new[0] and old[1:] == new[1:]
+
+
+def call_traced(graph, inputs):
+    """Runs a traced `tf.function` (a ConcreteFunction) on its flat list of input tensors and
+    returns its structured output: the traced function itself, without the binding of its
+    inputs to their signature that `ConcreteFunction.__call__` does first. Calls on batches of
+    1 to 128 SST-2 sentences ran 1.08x to 1.29x as fast this way (benchmarks/RESULTS.md). For
+    the string-to-ids graphs of the tokenizer and the preprocessors only: it records nothing on
+    a gradient tape."""
+    return graph.inference_fn.call_preflattened(list(inputs) + list(graph.captured_inputs))
 
 
 def _trim_lengths(first_lengths, second_lengths, budget):
