@@ -27,7 +27,7 @@ def exact_gelu(x):
     Serving's), the GELU runs as its own ops, and TensorFlow's Erf kernel is vectorised where
     its Erfc is not. Measured on an AMD EPYC with AVX2 (RESULTS.md): (400, 1536) float32 2.55 ->
     1.69 ms; the quick start's float32 export served as TF Serving serves it, oneDNN off,
-    alternating call by call, batch 32 1.025x to 1.028x (three runs), batch 1 1.01x; oneDNN on,
+    alternating call by call, batch 32 1.025x to 1.033x (three runs), batch 1 1.01x; oneDNN on,
     its probabilities unchanged to the bit. Both forms are within two float32 roundings of
     max(|x|, 1) of the float64 GELU (tests/test_primitives.py).
     """
