@@ -184,6 +184,8 @@ def test_question_answerer_takes_raw_data_in_every_entry_point(tiny_checkpoint):
         tiny_checkpoint, sequence_length=32, max_query_length=12, doc_stride=8)
     starts = [PASSAGE.index(a) for a in ANSWERS]
     x, y = (QUESTIONS, [PASSAGE] * 3), (starts, [s + len(a) for s, a in zip(starts, ANSWERS)])
+    traces, cut = [], model.preprocess_batch
+    model.preprocess_batch = lambda *data: traces.append(1) or cut(*data)  # runs when traced
     model.compile(learning_rate=1e-3, total_steps=8)
     history = model.fit(x, y, validation_data=(x, y), verbose=0).history
     loss = model.evaluate(x, y, verbose=0, return_dict=True)["loss"]
@@ -193,6 +195,9 @@ def test_question_answerer_takes_raw_data_in_every_entry_point(tiny_checkpoint):
     history = model.fit(*doubled, validation_split=0.5, verbose=0).history
     loss = model.evaluate(x, y, verbose=0, return_dict=True)["loss"]  # the last three
     np.testing.assert_allclose(history["val_loss"], [loss], rtol=1e-5)
+    # Every fit (and its validation data), evaluate and test_on_batch ran one graph that cuts
+    # windows, traced once: each make_dataset traced its own before (7 traces here).
+    assert len(traces) == 1
     model.train_on_batch(x, np.array(y).T)  # rows of (start, end) too
     answers = model.predict(x, verbose=0)
     pairs = tf.data.Dataset.from_tensor_slices(x).batch(2)  # elements (question, passage)
