@@ -126,12 +126,7 @@ class BertQuestionAnswerer(BertTask):
             raise ValueError("fit and evaluate need y = (answer_starts, answer_ends); "
                              "predict needs only x")  # fmt: skip
         pairs = self.batched(x, y, sample_weight, 256, shuffle=training, seed=seed)
-        # The window cutting as one graph for the model's life (BertTask.traced), the one that
-        # train_on_batch runs: a function of this call's own was traced again by every fit
-        # (once more for its validation data) and every evaluate.
-        cut = self.traced(self._preprocess_element)
-        windows = pairs.map(lambda *data: cut(data),
-                            num_parallel_calls=tf.data.AUTOTUNE).unbatch()  # fmt: skip
+        windows = self.preprocessed(pairs).unbatch()
         if training:
             windows = windows.shuffle(4 * (batch_size or 32), seed=seed)
         return windows.padded_batch(batch_size or 32).prefetch(tf.data.AUTOTUNE)

@@ -97,11 +97,16 @@ class BertTask(Trainable, ServableModel):
                      seed=None):  # fmt: skip
         """Batches of encoder inputs (and targets), ready for Keras."""
         dataset = self.batched(x, y, sample_weight, batch_size, shuffle=training, seed=seed)
-        # Traced once for the model's life: tracing the tokenizer and packer takes about 0.15 s,
-        # which a plain function would cost every call of fit and evaluate.
+        return self.preprocessed(dataset).prefetch(tf.data.AUTOTUNE)
+
+    def preprocessed(self, dataset):
+        """`dataset`'s batches of raw data through `preprocess_batch`, as one graph traced once
+        for the model's life (the one `train_on_batch` runs): tracing the tokenizer and packer
+        takes about 0.15 s, which a plain function would cost every call of fit and evaluate
+        (a question answerer's make_dataset, which cuts windows too, took 1.6 to 2.0 s on
+        MiniLM while it traced its own; benchmarks/RESULTS.md)."""
         preprocess = self.traced(self._preprocess_element)
-        return dataset.map(lambda *data: preprocess(data),
-                           num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        return dataset.map(lambda *data: preprocess(data), num_parallel_calls=tf.data.AUTOTUNE)
 
     # --- Keras entry points on raw strings ---
 
