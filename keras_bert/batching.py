@@ -159,6 +159,16 @@ def check_batched(dataset):
                          "dataset.batch(32) say")  # fmt: skip
 
 
+def check_dataset_texts(dataset, check_x):
+    """`check_x` (a preprocessor's `texts`) on a Dataset's x, traced on its element spec: a
+    mistake in how the elements hold their texts (a pair's texts as the element (first,
+    second), which reads as (x, y)) is raised here as its one line, where from inside a traced
+    step autograph would wrap it in a listing of frames. Tracing it costs milliseconds."""
+    spec = dataset.element_spec
+    tf.function(check_x, autograph=False).get_concrete_function(
+        spec[0] if isinstance(spec, tuple) else spec)
+
+
 def in_memory(x, y=None, sample_weight=None, check_x=None, check_targets=None):
     """Raw data given in memory (lists, arrays, tensors) as tensors, checked before any graph
     runs: x not empty, every part one entry per example, as many targets and weights; then
@@ -218,7 +228,7 @@ def batched(x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=
     """Raw data as a batched tf.data.Dataset of raw strings (and targets), without tf.data's
     autotuning (`without_autotuning`); data in memory is checked first (`in_memory`). A Dataset
     is taken as it is, options included (batched, with elements x, (x, y) or
-    (x, y, sample_weight))."""
+    (x, y, sample_weight)), once `check_x` passes its texts (`check_dataset_texts`)."""
     if batch_size is not None:
         whole_number(batch_size, 1, "batch_size")
     if isinstance(x, tf.data.Dataset):
@@ -226,6 +236,8 @@ def batched(x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=
             raise ValueError("x is a tf.data.Dataset: put the targets in its elements, "
                              "(x, y), rather than passing y")  # fmt: skip
         check_batched(x)
+        if check_x is not None and not is_prepared(x):
+            check_dataset_texts(x, check_x)
         return x
     x, y, sample_weight = in_memory(x, y, sample_weight, check_x, check_targets)
     data = keras.utils.pack_x_y_sample_weight(x, *[v for v in (y, sample_weight) if v is not None])
@@ -265,7 +277,20 @@ class AnyBatchSize:
         leaves = tf.nest.flatten(args)
         if not self._relaxed and leaves and all(isinstance(t, tf.Tensor) and t.shape.rank
                                                 for t in leaves):  # fmt: skip
-            self.function.get_concrete_function(*tf.nest.map_structure(
-                lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), args))
+            self.function.get_concrete_function(*tf.nest.map_structure(_batch_relaxed, args))
             self._relaxed = True
         return self.function(*args)
+
+    def trace(self, *specs):
+        """Traces now for arguments of these specs (TensorSpecs where the call will have
+        tensors), their batch axes relaxed as a call relaxes them; a later call on such
+        tensors runs this graph."""
+        self.function.get_concrete_function(*tf.nest.map_structure(_batch_relaxed, specs))
+
+
+def _batch_relaxed(value):
+    """The TensorSpec of a tensor or TensorSpec with its first (batch) axis unknown; anything
+    else (a scalar's spec, a ragged one) as it is."""
+    if isinstance(value, (tf.Tensor, tf.TensorSpec)) and value.shape.rank:
+        return tf.TensorSpec([None, *value.shape[1:]], value.dtype)
+    return value

@@ -100,6 +100,7 @@ class BertClassifier(BertTask):
             raise ValueError("y must be finite numbers (regression targets)")
 
     def preprocess_batch(self, x, y=None, sample_weight=None):
+        inputs = self.preprocessor(x)  # first: a mistake in x is the one to name
         if y is not None and y.dtype == tf.string:  # a Dataset's labels, as names
             if self.labels is None:
                 raise ValueError("labels given as strings need a model made with their names, "
@@ -110,7 +111,7 @@ class BertClassifier(BertTask):
         elif y is not None:
             y = tf.cast(y, tf.float32)
             tf.debugging.assert_all_finite(y, "a regression target is not a finite number")
-        return self.preprocessor(x), y, sample_weight
+        return inputs, y, sample_weight
 
     def default_loss(self):
         if self.num_classes == 1:

@@ -36,7 +36,9 @@ class SpanWindows(BertPreprocessor):
         max_seq_length = packer.sequence_length
         if max_query_length + 4 > max_seq_length:
             raise ValueError(f"max_query_length ({max_query_length}) leaves no room for the "
-                             f"passage in max_seq_length ({max_seq_length}) tokens")  # fmt: skip
+                             f"passage in windows of sequence_length={max_seq_length} tokens: "
+                             f"pass max_query_length={max_seq_length - 4} or less, or a longer "
+                             "sequence_length")  # fmt: skip
         for name, value in (("max_query_length", max_query_length), ("doc_stride", doc_stride),
                             ("n_best_size", n_best_size), ("max_answer_length", max_answer_length),
                             ("max_windows", max_windows)):  # fmt: skip

@@ -91,7 +91,8 @@ class BertTask(Trainable, ServableModel):
         return batching.in_memory(x, y, sample_weight, **self._checks())
 
     def _checks(self):
-        return dict(check_x=self.preprocessor.texts, check_targets=self.check_targets)
+        texts = None if self.preprocessor is None else self.preprocessor.texts
+        return dict(check_x=texts, check_targets=self.check_targets)
 
     def make_dataset(self, x, y=None, sample_weight=None, batch_size=None, training=False,
                      seed=None):  # fmt: skip
@@ -106,6 +107,11 @@ class BertTask(Trainable, ServableModel):
         (a question answerer's make_dataset, which cuts windows too, took 1.6 to 2.0 s on
         MiniLM while it traced its own; benchmarks/RESULTS.md)."""
         preprocess = self.traced(self._preprocess_element)
+        # Traced here first, so that a mistake found while tracing (a pair's texts as (x, y),
+        # labels of the wrong kind) is raised as its one line: inside `map`, autograph wraps
+        # it in a listing of the frames it passed through.
+        spec = dataset.element_spec
+        preprocess.trace(spec if isinstance(spec, tuple) else (spec,))
         return dataset.map(lambda *data: preprocess(data), num_parallel_calls=tf.data.AUTOTUNE)
 
     # --- Keras entry points on raw strings ---
@@ -117,6 +123,8 @@ class BertTask(Trainable, ServableModel):
         `validation_split` (data in memory only) validates on the last examples, as Keras's."""
         self._check_can_train()
         self._check_weights(sample_weight, kwargs.get("class_weight"))
+        batching.check_kind(x)
+        self._require_targets("fit", x, y)
         # A fit of no epochs failed in the schedule ("total_steps must be positive, got 0").
         initial_epoch = whole_number(kwargs.get("initial_epoch", 0), 0, "initial_epoch")
         whole_number(epochs, initial_epoch + 1, "epochs",
@@ -148,6 +156,21 @@ class BertTask(Trainable, ServableModel):
         return super().fit(dataset, epochs=epochs, validation_data=validation_data,
                            steps_per_epoch=steps_per_epoch, shuffle=False, **kwargs)  # fmt: skip
 
+    @staticmethod
+    def _require_targets(entry, x, y):
+        """Refuses data without targets for `entry` (fit, evaluate): y missing beside data in
+        memory, or a tf.data.Dataset whose elements are x alone; Keras's loss failed on them
+        with "None values not supported"."""
+        if isinstance(x, tf.data.Dataset):
+            spec = x.element_spec
+            if (isinstance(spec, tuple) and len(spec) > 1) or batching.is_prepared(x):
+                return
+            raise ValueError(f"{entry} needs targets: x is a tf.data.Dataset of inputs alone; "
+                             "make its elements (x, y)")  # fmt: skip
+        if x is not None and y is None:
+            raise ValueError(f"{entry} needs targets: pass y (one per example), or x as a "
+                             "batched tf.data.Dataset of (x, y)")  # fmt: skip
+
     def _build_before_tracing(self, dataset):
         """Creates the compiled loss's and metrics' variables (and the optimizer's) from the
         dataset's shapes, before Keras traces its step.
@@ -174,9 +197,7 @@ class BertTask(Trainable, ServableModel):
         """Keras `evaluate` on raw data (as `fit` takes it)."""
         self._check_weights(sample_weight)
         batching.check_kind(x)
-        if y is None and not isinstance(x, tf.data.Dataset):
-            raise ValueError("evaluate needs targets: pass y (one per example), or x as a "
-                             "batched tf.data.Dataset of (x, y)")  # fmt: skip
+        self._require_targets("evaluate", x, y)
         if not self.compiled:
             self.compile()
         dataset = self.make_dataset(x, y, sample_weight, batch_size)
@@ -243,9 +264,11 @@ class BertTask(Trainable, ServableModel):
     def predict_on_batch(self, x):
         """Keras `predict_on_batch` on raw strings: the model's outputs, or where `predict`
         decodes them (answers, entities), what `predict` returns for that batch."""
-        if not self.decodes_predictions or batching.is_token_ids(x):
+        if batching.is_token_ids(x):
             return super().predict_on_batch(x)
-        x = batching.in_memory(x, check_x=self.preprocessor.texts)[0]
+        x = batching.in_memory(x, check_x=self._checks()["check_x"])[0]
+        if not self.decodes_predictions:
+            return super().predict_on_batch(x)
         return self.predict(x, batch_size=batching.example_count(x), verbose=0)
 
     def _preprocesses_in_step(self):
@@ -289,7 +312,8 @@ class BertTask(Trainable, ServableModel):
             traced_for, traced = cache[function]
             if same_graph_settings(traced_for, settings):
                 return traced
-        traced = batching.AnyBatchSize(tf.function(function, reduce_retracing=True))
+        traced = batching.AnyBatchSize(tf.function(function, reduce_retracing=True,
+                                                    autograph=False))
         cache[function] = (settings, traced)
         return traced
 

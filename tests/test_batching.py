@@ -201,7 +201,8 @@ def test_question_answerer_takes_raw_data_in_every_entry_point(tiny_checkpoint):
     model.train_on_batch(x, np.array(y).T)  # rows of (start, end) too
     answers = model.predict(x, verbose=0)
     pairs = tf.data.Dataset.from_tensor_slices(x).batch(2)  # elements (question, passage)
-    with pytest.raises(ValueError, match=r"reads as \(x, y\): make it \(\(first, second\),\)"):
+    with pytest.raises(ValueError, match=r"reads as \(x, y\): make it \(\(first, second\), y\), "
+                                         r"or \(\(first, second\),\) to predict"):
         model.predict(pairs, verbose=0)
     nested = tf.data.Dataset.from_tensor_slices((x,)).batch(2)
     assert model.predict(nested, verbose=0)["answer"].tolist() == answers["answer"].tolist()

@@ -435,6 +435,55 @@ def test_bad_labels_and_inputs_are_refused_in_one_line(classifier):
         classifier.fit(forever, verbose=0)
 
 
+def one_line_error(call, message):
+    """The ValueError `call` raises: exactly `message`, one line (no listing of frames or of
+    a layer's arguments around it)."""
+    with pytest.raises(ValueError) as error:
+        call()
+    assert str(error.value) == message
+
+
+def test_mistakes_found_while_tracing_and_missing_targets_are_one_line(tiny_checkpoint):
+    """fit without targets failed deep in Keras ("None values not supported"); a Dataset's
+    mistakes found while its preprocessing traced came wrapped in autograph's listing of frames
+    (and Keras's of the layer's arguments); predict_on_batch([]) said the texts were floats."""
+    model = keras_bert.BertClassifier.from_checkpoint(
+        tiny_checkpoint, num_classes=2, num_segments=2, sequence_length=16)
+    first, second = ["a cat", "a dog"], ["on a mat", "in a box"]
+    model.compile(learning_rate=1e-3, total_steps=4)
+    one_line_error(lambda: model.fit((first, second), verbose=0),
+                   "fit needs targets: pass y (one per example), or x as a batched "
+                   "tf.data.Dataset of (x, y)")  # fmt: skip
+    unlabelled = tf.data.Dataset.from_tensor_slices(((first, second),)).batch(2)
+    for entry in ("fit", "evaluate"):
+        one_line_error(lambda: getattr(model, entry)(unlabelled, verbose=0),
+                       f"{entry} needs targets: x is a tf.data.Dataset of inputs alone; make "
+                       "its elements (x, y)")  # fmt: skip
+    flat_pairs = tf.data.Dataset.from_tensor_slices((first, second)).batch(2)
+    for entry in ("fit", "evaluate", "predict"):
+        one_line_error(lambda: getattr(model, entry)(flat_pairs, verbose=0),
+                       "this model takes 2 text(s) per example, got 1; pass a pair (first "
+                       "texts, second texts), each a list of strings (a tf.data.Dataset's "
+                       "element (first, second) reads as (x, y): make it ((first, second), y), "
+                       "or ((first, second),) to predict)")  # fmt: skip
+    named = tf.data.Dataset.from_tensor_slices(((first, second), ["yes", "no"])).batch(2)
+    one_line_error(lambda: model.fit(named, verbose=0),
+                   "labels given as strings need a model made with their names, "
+                   "labels=[...]; or give class ids")  # fmt: skip
+    labelled = tf.data.Dataset.from_tensor_slices(((first, second), [1, 0])).batch(2)
+    assert np.isfinite(model.fit(labelled, verbose=0).history["loss"][0])
+    one_line_error(lambda: model.predict_on_batch(([], [])),
+                   "x is empty: pass at least one example")
+    # The preprocessor itself takes an empty batch (it said the texts were floats).
+    empty = model.preprocessor(([], []))
+    assert {name: int(t.shape[0]) for name, t in empty.items()} == dict.fromkeys(
+        ["input_word_ids", "input_mask", "input_type_ids"], 0)
+    with pytest.raises(ValueError, match=r"max_query_length \(64\) leaves no room for the "
+                                         r"passage in windows of sequence_length=64 tokens: "
+                                         r"pass max_query_length=60 or less"):  # fmt: skip
+        keras_bert.BertQuestionAnswerer.from_checkpoint(tiny_checkpoint, sequence_length=64)
+
+
 # Plain Keras training in a process with oneDNN's frozen-weights setting: what fit refuses.
 _STALE_TRAINING = """
 import numpy as np, keras
