@@ -108,6 +108,12 @@ class BertQuestionAnswerer(BertTask):
         if y is None:
             raise ValueError("fit and evaluate need y = (answer_starts, answer_ends); "
                              "predict needs only x")  # fmt: skip
+        if tf.is_tensor(y) and y.shape.rank == 2 and y.shape[-1] == 2:  # rows of (start, end)
+            y = tuple(tf.unstack(y, axis=1))
+        if not (isinstance(y, (tuple, list)) and len(y) == 2):
+            got = f"shape {y.shape}" if tf.is_tensor(y) else type(y).__name__
+            raise ValueError("y must be (answer_starts, answer_ends), or rows of (start, end); "
+                             f"got y of {got}")  # fmt: skip
         questions, contexts = self.preprocessor.segments(x)
         tf.debugging.assert_equal(tf.reduce_any(bad_spans(contexts, y[0], y[1])), False,
                                   message="an answer span is not within its passage")

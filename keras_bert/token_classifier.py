@@ -84,6 +84,9 @@ class BertTokenClassifier(BertTask):
         """Lists of tag strings -> int32 ragged ids; a tag the model lacks is an error."""
         index = {tag: i for i, tag in enumerate(self.tags)}
         for row, tags in enumerate(word_tags):
+            if isinstance(tags, (str, bytes)):  # its characters would be read as tags
+                raise ValueError(f"example {row}: give its tags as a list, one per word, not "
+                                 f"one string ({tags!r})")  # fmt: skip
             unknown = [t for t in tags if t not in index]
             if unknown:
                 raise ValueError(f"example {row}: tag {unknown[0]!r} is not one of the model's "
@@ -97,6 +100,10 @@ class BertTokenClassifier(BertTask):
             sample_weight = tf.reshape(tf.cast(sample_weight, tf.float32), (-1, 1))
         if y is None:
             return self.preprocessor.encode(sentences), None, sample_weight
+        if not isinstance(y, tf.RaggedTensor):  # a Dataset's: a dense one could hold padding
+            raise ValueError("a tf.data.Dataset's tags must be ragged, (batch, (words)), one "
+                             "per word (tf.ragged.constant), not a tensor of shape "
+                             f"{y.shape}")  # fmt: skip
         if y.dtype == tf.string:  # a Dataset's tags, as strings (tags given in memory: tag_ids)
             y = y.with_flat_values(batching.ids_of_names(y.flat_values, self.tags, "tag"))
         inputs, labels = self.preprocessor.encode(sentences, y)

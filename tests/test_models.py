@@ -484,6 +484,32 @@ def test_mistakes_found_while_tracing_and_missing_targets_are_one_line(tiny_chec
         keras_bert.BertQuestionAnswerer.from_checkpoint(tiny_checkpoint, sequence_length=64)
 
 
+def test_targets_laid_out_wrongly_are_one_line(tiny_checkpoint):
+    """A token classifier's tags given as one string were read character by character, and a
+    Dataset's dense tags failed with an AttributeError; a question answerer's Dataset with
+    only the starts as y failed in a GatherV2 shape error."""
+    tagger = keras_bert.BertTokenClassifier.from_checkpoint(
+        tiny_checkpoint, ["O", "B-PER", "I-PER"], sequence_length=16)
+    tagger.compile(learning_rate=1e-3, total_steps=4)
+    one_line_error(lambda: tagger.fit(["John runs"], ["B-PER O"], verbose=0),
+                   "example 0: give its tags as a list, one per word, not one string "
+                   "('B-PER O')")  # fmt: skip
+    dense = tf.data.Dataset.from_tensor_slices((["John runs", "Mary sat"], [[1, 0], [1, 0]]))
+    one_line_error(lambda: tagger.fit(dense.batch(2), verbose=0),
+                   "a tf.data.Dataset's tags must be ragged, (batch, (words)), one per word "
+                   "(tf.ragged.constant), not a tensor of shape (None, 2)")  # fmt: skip
+    answerer = keras_bert.BertQuestionAnswerer.from_checkpoint(
+        tiny_checkpoint, sequence_length=32, max_query_length=8, doc_stride=8)
+    answerer.compile(learning_rate=1e-3, total_steps=4)
+    x = (["who runs?"], ["John runs."])
+    starts_only = tf.data.Dataset.from_tensor_slices((x, [0])).batch(1)
+    one_line_error(lambda: answerer.fit(starts_only, verbose=0),
+                   "y must be (answer_starts, answer_ends), or rows of (start, end); got y of "
+                   "shape (None,)")  # fmt: skip
+    rows = tf.data.Dataset.from_tensor_slices((x, [[0, 4]])).batch(1)  # as in memory
+    assert np.isfinite(answerer.fit(rows, verbose=0).history["loss"][0])
+
+
 # Plain Keras training in a process with oneDNN's frozen-weights setting: what fit refuses.
 _STALE_TRAINING = """
 import numpy as np, keras
