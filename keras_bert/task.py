@@ -163,7 +163,9 @@ class BertTask(Trainable, ServableModel):
         with "None values not supported"."""
         if isinstance(x, tf.data.Dataset):
             spec = x.element_spec
-            if (isinstance(spec, tuple) and len(spec) > 1) or batching.is_prepared(x):
+            # A y beside a Dataset: batching.batched refuses it, saying where targets belong.
+            if y is not None or (isinstance(spec, tuple) and len(spec) > 1) or (
+                    batching.is_prepared(x)):  # fmt: skip
                 return
             raise ValueError(f"{entry} needs targets: x is a tf.data.Dataset of inputs alone; "
                              "make its elements (x, y)")  # fmt: skip

@@ -459,6 +459,9 @@ def test_mistakes_found_while_tracing_and_missing_targets_are_one_line(tiny_chec
         one_line_error(lambda: getattr(model, entry)(unlabelled, verbose=0),
                        f"{entry} needs targets: x is a tf.data.Dataset of inputs alone; make "
                        "its elements (x, y)")  # fmt: skip
+        one_line_error(lambda: getattr(model, entry)(unlabelled, [1, 0], verbose=0),
+                       "x is a tf.data.Dataset: put the targets in its elements, (x, y), "
+                       "rather than passing y")  # fmt: skip
     flat_pairs = tf.data.Dataset.from_tensor_slices((first, second)).batch(2)
     for entry in ("fit", "evaluate", "predict"):
         one_line_error(lambda: getattr(model, entry)(flat_pairs, verbose=0),
