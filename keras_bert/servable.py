@@ -3,13 +3,21 @@ file that predicts on raw strings with nothing beside it (without optimizer stat
 writes a TF Serving SavedModel in the precision asked, whatever the model trained in;
 `with_precision` gives the model computing in another precision. A subclass (BertTask) has an
 `encoder` and a `preprocessor` and says what it serves (`serving_functions`).
+
+An export of a head that was never trained would serve answers as confident as any and as good
+as a coin's, so `export` refuses one: a model remembers a digest of its head's weights as they
+were made (and a saved file carries it while they are unchanged), and a head whose weights still
+match it has not been trained.
 """
 
+import hashlib
+
 import keras
+import numpy as np
 
 from keras_bert import serving
 from keras_bert.column_parts import check_column_parts, serving_column_parts
-from keras_bert.encoder import INPUT_NAMES
+from keras_bert.encoder import INPUT_NAMES, BertEncoder
 
 
 # Compute precisions by name -> the Keras dtype policy that computes in them.
@@ -22,11 +30,36 @@ def _check_precision(precision):
 
 
 class ServableModel(keras.Model):
-    """A Keras model with an `encoder` and a `preprocessor` that saves and exports whole."""
+    """A Keras model with an `encoder` and a `preprocessor` that saves and exports whole.
+
+    `untrained_head`: the digest of the head's weights as they were made, which `get_config`
+    records while they are unchanged (a saved model that was never trained); None for a new
+    model, which takes the digest of its own."""
 
     # The encoder outputs the head reads (None: all): an export's copy of the model builds its
     # encoder with only these (BertEncoder's keep_outputs says why).
     ENCODER_OUTPUTS = None
+
+    def __init__(self, *args, untrained_head=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Outside Keras's tracking, as a plain string.
+        object.__setattr__(self, "_untrained_head", untrained_head or self._head_digest())
+
+    def _head_digest(self):
+        """SHA-256 of the values of the weights the model adds to its encoder (its head), as
+        float32 whatever they are stored in."""
+        encoder = next(layer for layer in self.layers if isinstance(layer, BertEncoder))
+        own = {id(w) for w in encoder.weights}
+        digest = hashlib.sha256()
+        for weight in self.weights:
+            if id(weight) not in own:
+                digest.update(np.asarray(weight.value.numpy(), "float32").tobytes())
+        return digest.hexdigest()
+
+    def head_is_untrained(self):
+        """Whether the head's weights are still those it was made with: no fit, no
+        train_on_batch, no weights loaded or set has changed them."""
+        return self._head_digest() == self._untrained_head
 
     def save(self, filepath, overwrite=True, include_optimizer=False, **kwargs):
         """Saves one `.keras` file that predicts on raw strings with nothing beside it.
@@ -48,8 +81,8 @@ class ServableModel(keras.Model):
             object.__setattr__(self, "optimizer", optimizer)
             object.__setattr__(self, "compiled", True)
 
-    def export(self, filepath, version=None, precision="float32", column_parts=None,
-               **kwargs):
+    def export(self, filepath, version=None, precision="float32", column_parts=None, *,
+               allow_untrained_head=False, **kwargs):
         """Writes a TF Serving SavedModel to `<filepath>/<version>/` (default: one more than the
         newest there) and returns its path: strings-in `serving_default`, `serve_token_ids`,
         inference weights only, warmup requests, every op checked against what TF Serving
@@ -73,10 +106,18 @@ class ServableModel(keras.Model):
         What is exported is a copy of the model whose encoder computes only the outputs the
         head reads (`ENCODER_OUTPUTS`): the same numbers, and a graph TF Serving prepares in
         a third of the time (MiniLM's classifier loaded as TF Serving loads it: its first
-        request 2.0 to 2.8 s, against 6.6 to 7.2)."""
+        request 2.0 to 2.8 s, against 6.6 to 7.2).
+
+        A head never trained (`head_is_untrained`) is refused, unless `allow_untrained_head`
+        (an export to time or to test a server with, whose answers mean nothing)."""
         if kwargs:
             raise ValueError(f"unexpected arguments {sorted(kwargs)}; keras_bert task models "
                              "export TF Serving SavedModels only")  # fmt: skip
+        if not allow_untrained_head and self.head_is_untrained():
+            raise ValueError(f"this {type(self).__name__}'s head has never been trained (its "
+                             "weights are those it was made with), so its answers would mean "
+                             "nothing: fit it first, or load a trained one; "
+                             "allow_untrained_head=True exports it anyway")  # fmt: skip
         if column_parts is None:
             column_parts = serving_column_parts(self.encoder.config)
         column_parts = check_column_parts(self.encoder.config, column_parts)
@@ -133,9 +174,15 @@ class ServableModel(keras.Model):
     # --- Serialization ---
 
     def get_config(self):
-        return {"name": self.name, "trainable": self.trainable,
-                "encoder": keras.saving.serialize_keras_object(self.encoder),
-                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor)}  # fmt: skip
+        config = {
+            "name": self.name,
+            "trainable": self.trainable,
+            "encoder": keras.saving.serialize_keras_object(self.encoder),
+            "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
+        }
+        if self.head_is_untrained():  # else a new model's own digest is the one to keep
+            config["untrained_head"] = self._untrained_head
+        return config
 
     @classmethod
     def from_config(cls, config):

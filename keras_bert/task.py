@@ -34,10 +34,11 @@ class BertTask(Trainable, ServableModel):
     # Whether `sample_weight` is taken (the pretrainer weighs its predictions itself).
     takes_sample_weight = True
 
-    def __init__(self, inputs, outputs, **kwargs):
+    def __init__(self, inputs, outputs, untrained_head=None, **kwargs):
         refuse_unknown_arguments(self, kwargs, f"the arguments of {type(self).__name__}'s "
                                  "constructor (or its from_checkpoint), name and trainable")
-        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        super().__init__(inputs=inputs, outputs=outputs, untrained_head=untrained_head,
+                         **kwargs)  # fmt: skip
 
     @property
     def trainable_weights(self):

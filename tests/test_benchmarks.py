@@ -150,7 +150,8 @@ def test_the_serving_bench_also_serves_the_export_as_tf_serving_loads_it(tiny_ch
                                                                           tmp_path):  # fmt: skip
     import keras_bert
 
-    path = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint).export(str(tmp_path / "m"))
+    path = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint).export(
+        str(tmp_path / "m"), allow_untrained_head=True)  # timed, not scored
     options = {"bench": "serving", "export": path, "scratch": str(tmp_path)}
     worker = subprocess.run([sys.executable, "-m", "benchmarks.peer_tf", json.dumps(options)],
                             cwd=ROOT, input="batch_1~tf_serving\n", capture_output=True,
@@ -240,7 +241,8 @@ def bench_report(module, *args):
 def test_the_load_bench_reports_an_exports_load_time_and_memory(tiny_checkpoint, tmp_path):
     import keras_bert
 
-    path = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint).export(str(tmp_path / "m"))
+    path = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint).export(
+        str(tmp_path / "m"), allow_untrained_head=True)  # timed, not scored
     result = bench_report("serving_load", f"--exports={path}", "--processes=1")["results"][path]
     assert result["load_s"] > 0 and result["first_answer_s"] > 0
     # A TensorFlow session and graph take tens of MiB at least; the peak is never below the end.

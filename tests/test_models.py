@@ -487,6 +487,44 @@ def test_mistakes_found_while_tracing_and_missing_targets_are_one_line(tiny_chec
         keras_bert.BertQuestionAnswerer.from_checkpoint(tiny_checkpoint, sequence_length=64)
 
 
+def test_an_untrained_head_is_not_exported(tiny_checkpoint, tmp_path):
+    """A new head's weights are random: an export of it served answers that meant nothing, with
+    nothing to say so. It is refused until training (or weights set) changes the head, also
+    after a save and load and in a copy of another precision."""
+    model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, sequence_length=16)
+    refusal = ("this BertClassifier's head has never been trained (its weights are those it was "
+               "made with), so its answers would mean nothing: fit it first, or load a trained "
+               "one; allow_untrained_head=True exports it anyway")  # fmt: skip
+    one_line_error(lambda: model.export(str(tmp_path / "m")), refusal)
+    model.save(str(tmp_path / "untrained.keras"))
+    reloaded = keras.saving.load_model(str(tmp_path / "untrained.keras"))
+    one_line_error(lambda: reloaded.export(str(tmp_path / "m")), refusal)
+    one_line_error(lambda: model.with_precision("bfloat16").export(str(tmp_path / "m")),
+                   refusal)  # fmt: skip
+    assert not os.path.exists(tmp_path / "m")
+    model.compile(learning_rate=1e-3, total_steps=1)
+    model.train_on_batch(["a cat", "a dog"], [1, 0])
+    assert not model.head_is_untrained()
+    assert "untrained_head" not in model.get_config()
+    model.save(str(tmp_path / "trained.keras"))
+    assert not keras.saving.load_model(str(tmp_path / "trained.keras")).head_is_untrained()
+    reloaded.set_weights(model.get_weights())  # weights set count as trained ones
+    assert not reloaded.head_is_untrained()
+    # Every task model's new head is seen as such; the encoder's weights are not the head's.
+    for model in [
+        keras_bert.BertMultipleChoice.from_checkpoint(tiny_checkpoint, 2, sequence_length=16),
+        keras_bert.BertQuestionAnswerer.from_checkpoint(tiny_checkpoint, sequence_length=64,
+                                                        max_query_length=16),
+        keras_bert.BertTokenClassifier.from_checkpoint(tiny_checkpoint, tags=["O", "B-PER"],
+                                                       sequence_length=16),
+    ]:  # fmt: skip
+        assert model.head_is_untrained()
+        model.encoder.pooler.dense.bias.assign(model.encoder.pooler.dense.bias + 1.0)
+        assert model.head_is_untrained()
+        model.head.weights[-1].assign(model.head.weights[-1] + 1.0)
+        assert not model.head_is_untrained()
+
+
 def test_targets_laid_out_wrongly_are_one_line(tiny_checkpoint):
     """A token classifier's tags given as one string were read character by character, and a
     Dataset's dense tags failed with an AttributeError; a question answerer's Dataset with
