@@ -126,6 +126,12 @@ class BertTask(Trainable, ServableModel):
         self._check_weights(sample_weight, kwargs.get("class_weight"))
         batching.check_kind(x)
         self._require_targets("fit", x, y)
+        if validation_data is not None:
+            validation_x, validation_y, _ = keras.utils.unpack_x_y_sample_weight(validation_data)
+            if validation_y is None and not isinstance(validation_x, tf.data.Dataset):
+                raise ValueError("validation_data needs targets: make it (x, y) or (x, y, "
+                                 "sample_weight), or a batched tf.data.Dataset of (x, y)")
+            self._require_targets("validation_data", validation_x, validation_y, name="it")
         # A fit of no epochs failed in the schedule ("total_steps must be positive, got 0").
         initial_epoch = whole_number(kwargs.get("initial_epoch", 0), 0, "initial_epoch")
         whole_number(epochs, initial_epoch + 1, "epochs",
@@ -158,18 +164,18 @@ class BertTask(Trainable, ServableModel):
                            steps_per_epoch=steps_per_epoch, shuffle=False, **kwargs)  # fmt: skip
 
     @staticmethod
-    def _require_targets(entry, x, y):
-        """Refuses data without targets for `entry` (fit, evaluate): y missing beside data in
-        memory, or a tf.data.Dataset whose elements are x alone; Keras's loss failed on them
-        with "None values not supported"."""
+    def _require_targets(entry, x, y, name="x"):
+        """Refuses data without targets for `entry` (fit, evaluate, validation_data, whose
+        data is called `name`): y missing beside data in memory, or a tf.data.Dataset whose
+        elements are x alone; Keras's loss failed on them with "None values not supported"."""
         if isinstance(x, tf.data.Dataset):
             spec = x.element_spec
             # A y beside a Dataset: batching.batched refuses it, saying where targets belong.
             if y is not None or (isinstance(spec, tuple) and len(spec) > 1) or (
                     batching.is_prepared(x)):  # fmt: skip
                 return
-            raise ValueError(f"{entry} needs targets: x is a tf.data.Dataset of inputs alone; "
-                             "make its elements (x, y)")  # fmt: skip
+            raise ValueError(f"{entry} needs targets: {name} is a tf.data.Dataset of inputs "
+                             "alone; make its elements (x, y)")  # fmt: skip
         if x is not None and y is None:
             raise ValueError(f"{entry} needs targets: pass y (one per example), or x as a "
                              "batched tf.data.Dataset of (x, y)")  # fmt: skip

@@ -469,6 +469,15 @@ def test_mistakes_found_while_tracing_and_missing_targets_are_one_line(tiny_chec
                        "texts, second texts), each a list of strings (a tf.data.Dataset's "
                        "element (first, second) reads as (x, y): make it ((first, second), y), "
                        "or ((first, second),) to predict)")  # fmt: skip
+    # validation_data without targets: Keras's "None values not supported" after a whole epoch.
+    one_line_error(lambda: model.fit((first, second), [1, 0], validation_data=((first, second),),
+                                     verbose=0),
+                   "validation_data needs targets: make it (x, y) or (x, y, sample_weight), or "
+                   "a batched tf.data.Dataset of (x, y)")  # fmt: skip
+    one_line_error(lambda: model.fit((first, second), [1, 0], validation_data=unlabelled,
+                                     verbose=0),
+                   "validation_data needs targets: it is a tf.data.Dataset of inputs alone; "
+                   "make its elements (x, y)")  # fmt: skip
     named = tf.data.Dataset.from_tensor_slices(((first, second), ["yes", "no"])).batch(2)
     one_line_error(lambda: model.fit(named, verbose=0),
                    "labels given as strings need a model made with their names, "
