@@ -75,6 +75,17 @@ def is_token_ids(x):
     return isinstance(x, dict) and "input_word_ids" in x
 
 
+def holds_texts(x):
+    """Whether x holds strings anywhere: Python's, or arrays or tensors of them."""
+    for part in tf.nest.flatten(x):
+        dtype = getattr(part, "dtype", None)
+        if isinstance(part, (str, bytes)) or (isinstance(dtype, np.dtype) and dtype.kind in "USO"):
+            return True
+        if isinstance(dtype, tf.DType) and dtype == tf.string:
+            return True
+    return False
+
+
 def is_prepared(dataset):
     """Whether a dataset's elements hold encoder inputs already, as `make_dataset` makes them
     (Keras's fit hands its validation data back to the model's own evaluate)."""

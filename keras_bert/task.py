@@ -157,11 +157,23 @@ class BertTask(Trainable, ServableModel):
         self._follow_recipe(steps)
         optimization.check_schedule_covers(self.optimizer, steps)
         if validation_data is not None:
-            validation_data = self.make_dataset(
-                *keras.utils.unpack_x_y_sample_weight(validation_data), batch_size=batch_size)
+            try:
+                validation_data = self.make_dataset(
+                    *keras.utils.unpack_x_y_sample_weight(validation_data), batch_size=batch_size)
+            except ValueError as error:  # else "y[0] is 5" reads as a mistake in fit's own y
+                raise ValueError(f"validation_data: {error}") from None
         self._build_before_tracing(dataset)
         return super().fit(dataset, epochs=epochs, validation_data=validation_data,
                            steps_per_epoch=steps_per_epoch, shuffle=False, **kwargs)  # fmt: skip
+
+    def __call__(self, inputs, *args, **kwargs):
+        """Keras's call, on encoder inputs (token ids); raw texts are refused in one line, where
+        Keras said the model "expects 3 named input(s)"."""
+        if batching.holds_texts(inputs):
+            raise ValueError(f"{type(self).__name__} called directly takes token ids, "
+                             "model(model.preprocessor(texts)); predict(texts) takes the texts "
+                             "themselves")  # fmt: skip
+        return super().__call__(inputs, *args, **kwargs)
 
     @staticmethod
     def _require_targets(entry, x, y, name="x"):

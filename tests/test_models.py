@@ -478,6 +478,15 @@ def test_mistakes_found_while_tracing_and_missing_targets_are_one_line(tiny_chec
                                      verbose=0),
                    "validation_data needs targets: it is a tf.data.Dataset of inputs alone; "
                    "make its elements (x, y)")  # fmt: skip
+    # A mistake in validation_data's targets named as its own, not as one in fit's y.
+    one_line_error(lambda: model.fit((first, second), [1, 0],
+                                     validation_data=((first, second), [1, 5]), verbose=0),
+                   "validation_data: y[1] is 5: labels must be whole numbers from 0 to 1")
+    # Called directly on texts, Keras said the model "expects 3 named input(s)".
+    one_line_error(lambda: model((first, second)),
+                   "BertClassifier called directly takes token ids, "
+                   "model(model.preprocessor(texts)); predict(texts) takes the texts themselves")
+    assert model(model.preprocessor((first, second))).shape == (2, 2)
     named = tf.data.Dataset.from_tensor_slices(((first, second), ["yes", "no"])).batch(2)
     one_line_error(lambda: model.fit(named, verbose=0),
                    "labels given as strings need a model made with their names, "
