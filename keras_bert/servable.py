@@ -47,12 +47,15 @@ class ServableModel(keras.Model):
 
     def _head_digest(self):
         """SHA-256 of the values of the weights the model adds to its encoder (its head), as
-        float32 whatever they are stored in."""
+        float32 whatever they are stored in. The preprocessor's, should it hold any, are not
+        the head's either (it is set after the graph is made, and would change the digest)."""
         encoder = next(layer for layer in self.layers if isinstance(layer, BertEncoder))
-        own = {id(w) for w in encoder.weights}
+        preprocessor = getattr(self, "preprocessor", None)
+        others = encoder.weights + ([] if preprocessor is None else preprocessor.weights)
+        not_head = {id(w) for w in others}
         digest = hashlib.sha256()
         for weight in self.weights:
-            if id(weight) not in own:
+            if id(weight) not in not_head:
                 digest.update(np.asarray(weight.value.numpy(), "float32").tobytes())
         return digest.hexdigest()
 
