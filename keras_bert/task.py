@@ -126,12 +126,14 @@ class BertTask(Trainable, ServableModel):
         self._check_weights(sample_weight, kwargs.get("class_weight"))
         batching.check_kind(x)
         self._require_targets("fit", x, y)
-        if validation_data is not None:
-            validation_x, validation_y, _ = keras.utils.unpack_x_y_sample_weight(validation_data)
-            if validation_y is None and not isinstance(validation_x, tf.data.Dataset):
+        # validation_data as (x, y, sample_weight), or None.
+        validation = None if validation_data is None else (
+            keras.utils.unpack_x_y_sample_weight(validation_data))  # fmt: skip
+        if validation is not None:
+            if validation[1] is None and not isinstance(validation[0], tf.data.Dataset):
                 raise ValueError("validation_data needs targets: make it (x, y) or (x, y, "
                                  "sample_weight), or a batched tf.data.Dataset of (x, y)")
-            self._require_targets("validation_data", validation_x, validation_y, name="it")
+            self._require_targets("validation_data", *validation[:2], name="it")
         # A fit of no epochs failed in the schedule ("total_steps must be positive, got 0").
         initial_epoch = whole_number(kwargs.get("initial_epoch", 0), 0, "initial_epoch")
         whole_number(epochs, initial_epoch + 1, "epochs",
@@ -142,7 +144,7 @@ class BertTask(Trainable, ServableModel):
             if isinstance(x, tf.data.Dataset):
                 raise ValueError("validation_split splits data given in memory; x is a "
                                  "tf.data.Dataset: pass validation_data instead")  # fmt: skip
-            (x, y, sample_weight), validation_data = batching.split_off(
+            (x, y, sample_weight), validation = batching.split_off(
                 kwargs.pop("validation_split"), *self._in_memory(x, y, sample_weight))
         kwargs.pop("validation_split", None)
         if not self.compiled:
@@ -156,10 +158,10 @@ class BertTask(Trainable, ServableModel):
         steps = (steps_per_epoch or int(dataset.cardinality())) * (epochs - initial_epoch)
         self._follow_recipe(steps)
         optimization.check_schedule_covers(self.optimizer, steps)
-        if validation_data is not None:
+        validation_data = None
+        if validation is not None:
             try:
-                validation_data = self.make_dataset(
-                    *keras.utils.unpack_x_y_sample_weight(validation_data), batch_size=batch_size)
+                validation_data = self.make_dataset(*validation, batch_size=batch_size)
             except ValueError as error:  # else "y[0] is 5" reads as a mistake in fit's own y
                 raise ValueError(f"validation_data: {error}") from None
         self._build_before_tracing(dataset)
