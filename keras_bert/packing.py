@@ -28,7 +28,18 @@ class TokenLayout(keras.layers.Layer):
       first: (batch,), the packed row of each sequence's first token ([CLS]).
     Position 0 of every row counts as real even under a 0 mask (the pooler reads it, and a
     batch of all-padding rows then still has a token to gather from).
+
+    The count of real tokens is known only as the graph runs, and XLA cannot draw dropout's
+    random numbers for a shape it does not know when it compiles (a training step failed:
+    "must be a compile-time constant"). So every model holding this layer (the encoder and
+    every model around it) tells Keras it does not support `jit_compile`: `compile()`'s
+    default "auto", which picks XLA on a machine with a GPU, picks none, and
+    `jit_compile=True` proceeds without it, with Keras's warning.
     """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_jit = False
 
     def call(self, input_mask):
         always = ops.ones_like(input_mask[:, :1])

@@ -58,6 +58,7 @@ class BertPreprocessor(keras.layers.Layer):
         super().__init__(**kwargs)
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
+        self.supports_jit = False  # string ops: XLA compiles none (see packing.TokenLayout)
         if num_segments not in (1, 2):
             raise ValueError(f"num_segments must be 1 or 2, got {num_segments}")
         self.tokenizer = tokenizer

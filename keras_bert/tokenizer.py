@@ -66,6 +66,7 @@ class BertTokenizer(keras.layers.Layer):
         # Strings go through as they are; Keras would otherwise try to cast them.
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
+        self.supports_jit = False  # string ops: XLA compiles none (see packing.TokenLayout)
         self.do_lower_case = do_lower_case
         self.vocabulary = None
         if vocabulary is not None:  # None: a saved model's, read by load_assets()
@@ -339,6 +340,7 @@ class BertPacker(keras.layers.Layer):
         super().__init__(**kwargs)
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
+        self.supports_jit = False  # ragged ops: XLA compiles none (see packing.TokenLayout)
         whole_number(sequence_length, 3, "sequence_length")
         self.cls_id = cls_id
         self.sep_id = sep_id

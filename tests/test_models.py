@@ -329,6 +329,38 @@ def test_a_model_compiled_again_reports_its_new_metrics(classifier):
         assert [m.name for m in classifier.metrics].count("accuracy") == 0  # in compile_metrics
 
 
+def test_no_model_with_the_encoder_or_tokenizer_is_compiled_with_xla(classifier, tiny_checkpoint,
+                                                                     monkeypatch):  # fmt: skip
+    """The packed tokens' count is known only as the graph runs, so XLA cannot compile a
+    training step's dropout, and it compiles no string op. Keras's jit_compile="auto" picks
+    XLA wherever a GPU is present (a fake one here): such a model must say it cannot."""
+    real = tf.config.list_physical_devices
+    gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: real(kind) + ([gpu] if kind in (None, "GPU") else []))
+    encoder = keras_bert.load_checkpoint(tiny_checkpoint).encoder
+    inputs = {name: keras.Input((None,), dtype="int32", name=name)
+              for name in ("input_word_ids", "input_mask", "input_type_ids")}
+    logits = keras.layers.Dense(2)(encoder(inputs)["pooled_output"])
+    own = keras.Model(inputs, logits)  # a user's model around the encoder
+    preprocessor = keras_bert.BertPreprocessor.from_tokenizer(
+        keras_bert.BertTokenizer.from_checkpoint(tiny_checkpoint))
+    texts = keras.Input((), dtype="string")
+    tokens = keras.Model(texts, preprocessor(texts)["input_word_ids"])  # strings to ids alone
+    for model in (classifier, own, tokens):
+        model.compile(loss="mse")
+        assert model.jit_compile is False, model.name
+
+    monkeypatch.setattr(tf.config, "list_physical_devices", real)
+    x, y = SENTENCES * 2, LABELS * 2
+    with pytest.warns(UserWarning, match="doesn't support `jit_compile=True`"):  # at each compile
+        classifier.compile(learning_rate=1e-3, jit_compile=True)  # and goes on without
+        assert classifier.jit_compile is False
+        history = classifier.fit(x, y, batch_size=4, verbose=0).history  # XLA failed here
+    assert np.isfinite(history["loss"][0])
+    assert classifier.predict(x, verbose=0).shape == (8, 2)
+
+
 def test_pair_classifier_and_regression(tiny_checkpoint):
     model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=1,
                                                       num_segments=2, sequence_length=16)  # fmt: skip
