@@ -96,11 +96,13 @@ class BertQuestionAnswerer(BertTask):
     def encode_targets(self, y):
         """(answer_starts, answer_ends), or rows of (start, end) -> two int64 arrays."""
         try:
-            return tuple(np.asarray(v, "int64") for v in (y if isinstance(y, tuple) else
-                                                          np.asarray(y).T))  # fmt: skip
+            starts, ends = (np.asarray(v, "int64") for v in (y if isinstance(y, tuple) else
+                                                             np.asarray(y).T))  # fmt: skip
         except (TypeError, ValueError):
             raise ValueError("y must be (answer_starts, answer_ends): character offsets as "
                              "whole numbers, start -1 for no answer") from None  # fmt: skip
+        _check_one_span_a_question(starts.shape, ends.shape)
+        return starts, ends
 
     def preprocess_batch(self, x, y=None, sample_weight=None):
         """A batch of (questions, passages) and answer spans -> its windows' encoder inputs and
@@ -114,6 +116,7 @@ class BertQuestionAnswerer(BertTask):
             got = f"shape {y.shape}" if tf.is_tensor(y) else type(y).__name__
             raise ValueError("y must be (answer_starts, answer_ends), or rows of (start, end); "
                              f"got y of {got}")  # fmt: skip
+        _check_one_span_a_question(*(tf.convert_to_tensor(v).shape for v in y))
         questions, contexts = self.preprocessor.segments(x)
         tf.debugging.assert_equal(tf.reduce_any(bad_spans(contexts, y[0], y[1])), False,
                                   message="an answer span is not within its passage")
@@ -204,3 +207,13 @@ def _pad_candidates(result, n_best):
         candidates[key] = np.pad(values, ((0, 0), (0, n_best - values.shape[1])),
                                  constant_values=fill)  # fmt: skip
     return {**result, "candidates": candidates}
+
+
+def _check_one_span_a_question(starts_shape, ends_shape):
+    """Refuses answer starts and ends that are not one of each a question (several answers a
+    question, say, as SQuAD's dev set has them): they failed mid-epoch in tf.data's graph."""
+    if len(starts_shape) != 1 or len(ends_shape) != 1:
+        shapes = [tuple(shape) for shape in (starts_shape, ends_shape)]
+        raise ValueError(f"y must be (answer_starts, answer_ends), one start and one end a "
+                         f"question, got shapes {shapes[0]} and {shapes[1]}; where a question "
+                         "has several answers, train on one of them")  # fmt: skip

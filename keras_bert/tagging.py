@@ -55,6 +55,13 @@ class WordTagger(BertPreprocessor):
 
     def __init__(self, tokenizer, packer, tags, **kwargs):
         super().__init__(tokenizer, packer, **kwargs)
+        if isinstance(tags, (str, bytes)):  # else read character by character
+            raise ValueError(f"tags must be a list of tag names, got the string {tags!r}")
+        tags = list(tags)
+        repeated = [tag for tag in tags if tags.count(tag) > 1]
+        if repeated:  # a tag's second class would never be trained
+            raise ValueError(f"tags must each appear once, got {repeated[0]!r} "
+                             f"{tags.count(repeated[0])} times")  # fmt: skip
         if "O" not in tags:
             raise ValueError(f"the tag set has no 'O': {tags}")
         for tag in tags:

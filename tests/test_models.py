@@ -387,6 +387,13 @@ def test_bad_model_settings_are_refused_in_one_line(tiny_checkpoint):
             keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, sequence_length=16, **kwargs)
     with pytest.raises(ValueError, match="num_choices must be a whole number of at least 2"):
         keras_bert.BertMultipleChoice.from_checkpoint(tiny_checkpoint, num_choices=1)
+    # A string of tags was read character by character (tag ' ' was refused), and a repeated
+    # tag made a second class of it, never trained.
+    for tags, message in [("O B-PER", "tags must be a list of tag names, got the string "
+                                      "'O B-PER'"),
+                          (["O", "B-PER", "O"], "tags must each appear once, got 'O' 2 times")]:
+        one_line_error(lambda: keras_bert.BertTokenClassifier.from_checkpoint(
+            tiny_checkpoint, tags, sequence_length=16), message)  # fmt: skip
     model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=np.int64(3),
                                                       sequence_length=16)  # fmt: skip
     assert model.predict(SENTENCES, verbose=0).shape == (4, 3)
@@ -597,6 +604,17 @@ def test_targets_laid_out_wrongly_are_one_line(tiny_checkpoint):
     one_line_error(lambda: answerer.fit(starts_only, verbose=0),
                    "y must be (answer_starts, answer_ends), or rows of (start, end); got y of "
                    "shape (None,)")  # fmt: skip
+    # Several answers a question (SQuAD's dev set has them) failed mid-epoch in tf.data.
+    several = ([[0, 0]], [[4, 4]])
+    one_line_error(lambda: answerer.fit(x, several, verbose=0),
+                   "y must be (answer_starts, answer_ends), one start and one end a question, "
+                   "got shapes (1, 2) and (1, 2); where a question has several answers, train "
+                   "on one of them")  # fmt: skip
+    one_line_error(lambda: answerer.fit(tf.data.Dataset.from_tensor_slices((x, several)).batch(1),
+                                        verbose=0),
+                   "y must be (answer_starts, answer_ends), one start and one end a question, "
+                   "got shapes (None, 2) and (None, 2); where a question has several answers, "
+                   "train on one of them")  # fmt: skip
     rows = tf.data.Dataset.from_tensor_slices((x, [[0, 4]])).batch(1)  # as in memory
     assert np.isfinite(answerer.fit(rows, verbose=0).history["loss"][0])
 
