@@ -190,7 +190,7 @@ def in_memory(x, y=None, sample_weight=None, check_x=None, check_targets=None):
     x = _as_tensors(x, "x")
     if any(t.shape.rank == 0 for t in tf.nest.flatten(x)):
         raise ValueError("x holds one text where a list of them belongs: pass a batch, "
-                         "[text] for one example")  # fmt: skip
+                         "[text] for one example, ([first], [second]) for one pair")  # fmt: skip
     lengths = sorted({int(t.shape[0]) for t in tf.nest.flatten(x)})
     if len(lengths) > 1:
         raise ValueError(f"the parts of x differ in length ({', '.join(map(str, lengths))}"

@@ -98,6 +98,9 @@ class BertClassifier(BertTask):
         values = np.asarray(y)
         if values.dtype.kind not in "iuf" or not np.isfinite(values.astype("float64")).all():
             raise ValueError("y must be finite numbers (regression targets)")
+        if values.size != len(values):  # Keras's loss broadcast (n, 2) against (n, 1)
+            raise ValueError(f"y has shape {values.shape}: give one regression target per "
+                             "example")  # fmt: skip
 
     def preprocess_batch(self, x, y=None, sample_weight=None):
         inputs = self.preprocessor(x)  # first: a mistake in x is the one to name
@@ -110,6 +113,9 @@ class BertClassifier(BertTask):
             y = class_ids(y, self.num_classes)
         elif y is not None:
             y = tf.cast(y, tf.float32)
+            tf.debugging.assert_equal(tf.size(y), tf.shape(y)[0],
+                                      message="give one regression target per example")
+            y = tf.reshape(y, [-1])  # one rank for the traced step, whatever the batch's
             tf.debugging.assert_all_finite(y, "a regression target is not a finite number")
         return inputs, y, sample_weight
 

@@ -373,6 +373,17 @@ def test_pair_classifier_and_regression(tiny_checkpoint):
         model.predict(first, verbose=0)
     with pytest.raises(ValueError, match=r"the parts of x differ in length \(2, 3\)"):
         model.predict((first, second[:2]), verbose=0)
+    one_line_error(lambda: model.predict(("a cat", "a dog"), verbose=0),
+                   "x holds one text where a list of them belongs: pass a batch, [text] for one "
+                   "example, ([first], [second]) for one pair")  # fmt: skip
+    # Targets of two columns were broadcast by Keras's loss against the one prediction.
+    one_line_error(lambda: model.fit((first, second), np.ones((3, 2)), verbose=0),
+                   "y has shape (3, 2): give one regression target per example")
+    two_columns = tf.data.Dataset.from_tensor_slices(((first, second), np.ones((3, 2)))).batch(3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one regression target per example"):
+        model.fit(two_columns, verbose=0)
+    column = tf.data.Dataset.from_tensor_slices(((first, second), [[5.0], [1.0], [2.5]])).batch(3)
+    assert np.isfinite(model.fit(column, verbose=0).history["loss"][0])
 
 
 def test_bad_model_settings_are_refused_in_one_line(tiny_checkpoint):
