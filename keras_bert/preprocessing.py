@@ -204,7 +204,11 @@ class BertMultipleChoicePreprocessor(BertPreprocessor):
         if isinstance(x, dict):
             x = [x.get(name) for name in self.text_names]
         if not isinstance(x, (tuple, list)) or len(x) != 2:
-            raise ValueError(f"expected {self._expected()}")
+            # A tf.data element (contexts, endings, y) reads as (x, y, sample_weight).
+            nested = "" if isinstance(x, (tuple, list)) else (
+                " (a tf.data.Dataset's element (contexts, endings, y) reads as (x, y, "
+                "sample_weight): make it ((contexts, endings), y))")
+            raise ValueError(f"expected {self._expected()}{nested}")
         contexts, endings = _texts(x[0], "contexts"), _texts(x[1], "endings")
         if contexts.shape.rank != 1 or endings.shape.rank != 2 or (
                 endings.shape[1] not in (None, self.num_choices)):  # fmt: skip

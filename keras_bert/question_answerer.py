@@ -95,13 +95,20 @@ class BertQuestionAnswerer(BertTask):
 
     def encode_targets(self, y):
         """(answer_starts, answer_ends), or rows of (start, end) -> two int64 arrays."""
+        offsets = "character offsets as whole numbers, start -1 for no answer"
         try:
-            starts, ends = (np.asarray(v, "int64") for v in (y if isinstance(y, tuple) else
-                                                             np.asarray(y).T))  # fmt: skip
+            given = [np.asarray(v) for v in (y if isinstance(y, tuple) else np.asarray(y).T)]
+            with np.errstate(invalid="ignore"):  # NaN: refused below
+                starts, ends = (v.astype("int64") for v in given)
         except (TypeError, ValueError):
-            raise ValueError("y must be (answer_starts, answer_ends): character offsets as "
-                             "whole numbers, start -1 for no answer") from None  # fmt: skip
+            raise ValueError(f"y must be (answer_starts, answer_ends): {offsets}") from None
         _check_one_span_a_question(starts.shape, ends.shape)
+        for name, values, whole in zip(("answer_starts", "answer_ends"), given, (starts, ends)):
+            if values.dtype.kind not in "iu":  # a cast made offset 4.5 offset 4
+                bad = np.flatnonzero(~(values == whole))
+                if bad.size:
+                    raise ValueError(f"{name}[{bad[0]}] is {values[bad[0]].item()!r}: give "
+                                     f"{offsets}")  # fmt: skip
         return starts, ends
 
     def preprocess_batch(self, x, y=None, sample_weight=None):
@@ -116,7 +123,12 @@ class BertQuestionAnswerer(BertTask):
             got = f"shape {y.shape}" if tf.is_tensor(y) else type(y).__name__
             raise ValueError("y must be (answer_starts, answer_ends), or rows of (start, end); "
                              f"got y of {got}")  # fmt: skip
-        _check_one_span_a_question(*(tf.convert_to_tensor(v).shape for v in y))
+        y = [tf.convert_to_tensor(v) for v in y]
+        _check_one_span_a_question(*(v.shape for v in y))
+        for v in y:
+            if v.dtype.is_floating:  # NaN is not equal to itself, so it fails too
+                tf.debugging.assert_equal(v, tf.round(v),
+                                          message="an answer offset is not a whole number")
         questions, contexts = self.preprocessor.segments(x)
         tf.debugging.assert_equal(tf.reduce_any(bad_spans(contexts, y[0], y[1])), False,
                                   message="an answer span is not within its passage")

@@ -772,6 +772,11 @@ def test_multiple_choice_learns_and_reloads(tiny_checkpoint, tmp_path):
         model.fit((contexts, endings), [0, 1, 3] * 4, verbose=0)
     with pytest.raises(ValueError, match="one text where a list of them belongs"):
         model.predict((contexts[0], endings[0]), verbose=0)
+    flat = tf.data.Dataset.from_tensor_slices((contexts, endings, labels)).batch(4)
+    one_line_error(lambda: model.fit(flat, verbose=0),
+                   "expected (contexts, endings): a list of strings and a list of 3-string lists "
+                   "(a tf.data.Dataset's element (contexts, endings, y) reads as (x, y, "
+                   "sample_weight): make it ((contexts, endings), y))")  # fmt: skip
     model.fit((contexts, endings), labels, batch_size=4, epochs=10, verbose=0)
     assert model.predict((contexts, endings), verbose=0).argmax(-1).tolist() == labels
     model.save(str(tmp_path / "swag.keras"))

@@ -54,6 +54,15 @@ def test_question_answerer_refuses_answers_outside_their_passage(tiny_checkpoint
                                              "characters"):  # fmt: skip
             model.fit(x, (starts, ends), verbose=0)
     model.fit(x, ([-1, 0], [-1, 7]), verbose=0)
+    # Offsets that are not whole numbers were cast: 3.5 trained as 3.
+    with pytest.raises(ValueError, match=r"^answer_ends\[1\] is 3.5: give character offsets as "
+                                         "whole numbers, start -1 for no answer$"):  # fmt: skip
+        model.fit(x, ([0, 0], [11, 3.5]), verbose=0)
+    halves = tf.data.Dataset.from_tensor_slices((x, ([0.0, 0.5], [11.0, 3.0]))).batch(2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="an answer offset is not a whole"):
+        model.fit(halves, verbose=0)
+    whole = tf.data.Dataset.from_tensor_slices((x, ([0.0, 0.0], [11.0, 3.0]))).batch(2)
+    assert np.isfinite(model.fit(whole, verbose=0).history["loss"][0])
     # A question's sample weight goes to each of its windows (it raised TypeError before).
     spans = ([0, 0], [11, 7])
     with warnings.catch_warnings():
