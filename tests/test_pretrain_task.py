@@ -261,15 +261,3 @@ def test_lamb_decays_weights_as_adamw_does(flags_parsed):
     pretrain.create_optimizer().apply([np.zeros(2)] * 3, [kernel, gamma, bias])
     np.testing.assert_allclose(kernel.numpy(), 1 - 0.1 * 0.01, rtol=1e-6)
     assert gamma.numpy().tolist() == bias.numpy().tolist() == [1.0, 1.0]
-
-
-def test_fine_tuning_flags_are_refused_and_left_out_of_help():
-    result = subprocess.run([sys.executable, "-m", "tasks.pretrain", "--help"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert "--num_train_steps" in result.stdout and "--learning_rate" in result.stdout
-    assert "--num_train_epochs" not in result.stdout and "--do_eval" not in result.stdout
-    result = subprocess.run([sys.executable, "-m", "tasks.pretrain", "--num_train_epochs=3"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == ("error: --num_train_epochs does not apply "
-                                                      "to pre-training; pass --num_train_steps")

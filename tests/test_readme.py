@@ -1,5 +1,6 @@
 """The README's commands are the ones that run: CI runs the test command verbatim."""
 
+import json
 import os
 import re
 import subprocess
@@ -62,30 +63,52 @@ def test_encode_job_warns_of_each_sentence_it_truncates():
                         "ignores the rest"]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "module, flags",
-    [("tasks.encode", ["--checkpoint", "--sentences", "--max_seq_length", "--pooling"]),
-     ("tasks.glue", ["--task_name", "--data_dir", "--tfds", "--init_checkpoint", "--output_dir",
-                     "--strategy", "--mixed_precision", "--learning_rate", "--bucket_by_length"]),
-     ("tasks.swag", ["--train_file", "--dev_file", "--init_checkpoint", "--strategy"]),
-     ("tasks.squad", ["--train_file", "--predict_file", "--version_2_with_negative",
-                      "--max_seq_length", "--doc_stride", "--max_query_length", "--n_best_size",
-                      "--max_answer_length", "--null_score_diff_threshold", "--do_lower_case",
-                      "--init_checkpoint", "--output_dir"]),
-     ("tasks.ner", ["--train_file", "--dev_file", "--test_file", "--init_checkpoint",
-                    "--output_dir", "--max_seq_length"]),
-     ("tasks.quickstart", ["--classify", "--task_name", "--learning_rate"]),
-     ("exports.export", ["--run_dir", "--export_dir", "--model_name", "--hub_layout"]),
-     # Benchmarks whose flags are defined in benchmarks/__init__.py, for several scripts.
-     ("benchmarks.profile_encoder", ["--precision", "--stored_weights", "--batch_size", "--step"]),
-     ("benchmarks.headroom", ["--precision", "--stored_weights", "--rounds", "--layers"]),
-     ("benchmarks.ceiling", ["--precision", "--seq_length", "--rounds", "--steps"]),
-     ("benchmarks.onednn_kernels", ["--precision", "--stored_weights", "--form", "--steps"]),
-     ("benchmarks.dense_forms", ["--precision", "--batch_size", "--rounds", "--steps"])],
-)  # fmt: skip
-def test_help_explains_every_flag(module, flags):
-    result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert "flags:" in result.stdout, result.stderr[-2000:]  # absl exits 1 after --help
+HELP_FLAGS = [
+    ("tasks.encode", ["--checkpoint", "--sentences", "--max_seq_length", "--pooling"]),
+    ("tasks.glue", ["--task_name", "--data_dir", "--tfds", "--init_checkpoint", "--output_dir",
+                    "--strategy", "--mixed_precision", "--learning_rate", "--bucket_by_length"]),
+    ("tasks.swag", ["--train_file", "--dev_file", "--init_checkpoint", "--strategy"]),
+    ("tasks.squad", ["--train_file", "--predict_file", "--version_2_with_negative",
+                     "--max_seq_length", "--doc_stride", "--max_query_length", "--n_best_size",
+                     "--max_answer_length", "--null_score_diff_threshold", "--do_lower_case",
+                     "--init_checkpoint", "--output_dir"]),
+    ("tasks.ner", ["--train_file", "--dev_file", "--test_file", "--init_checkpoint",
+                   "--output_dir", "--max_seq_length"]),
+    ("tasks.quickstart", ["--classify", "--task_name", "--learning_rate"]),
+    ("tasks.pretrain", ["--text_file", "--input_file", "--num_train_steps", "--learning_rate"]),
+    ("exports.export", ["--run_dir", "--export_dir", "--model_name", "--hub_layout"]),
+    # Benchmarks whose flags are defined in benchmarks/__init__.py, for several scripts.
+    ("benchmarks.profile_encoder", ["--precision", "--stored_weights", "--batch_size", "--step"]),
+    ("benchmarks.headroom", ["--precision", "--stored_weights", "--rounds", "--layers"]),
+    ("benchmarks.ceiling", ["--precision", "--seq_length", "--rounds", "--steps"]),
+    ("benchmarks.onednn_kernels", ["--precision", "--stored_weights", "--form", "--steps"]),
+    ("benchmarks.dense_forms", ["--precision", "--batch_size", "--rounds", "--steps"]),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def helps():
+    """Each binary's `--help`, run as `python -m <module> --help` would be, forked from one
+    process that imported TensorFlow once (tests/forked_binaries.py): in fresh processes each
+    took about 7 s on 2 cores, most of it TensorFlow's import."""
+    requests = [{"module": module, "args": ["--help"], "timeout": 300} for module, _ in HELP_FLAGS]
+    runner = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "forked_binaries.py")],
+                            input=json.dumps(requests), cwd=ROOT, capture_output=True, text=True,
+                            timeout=900)  # fmt: skip
+    assert runner.returncode == 0, runner.stderr[-3000:]
+    return {module: result for (module, _), result in zip(HELP_FLAGS, json.loads(runner.stdout))}
+
+
+@pytest.mark.parametrize("module, flags", HELP_FLAGS)
+def test_help_explains_every_flag(helps, module, flags):
+    stdout = helps[module]["stdout"]
+    assert "flags:" in stdout, helps[module]["stderr"][-2000:]  # absl exits 1 after --help
     for flag in flags:  # boolean flags show as --[no]name
-        assert flag in result.stdout or flag.replace("--", "--[no]") in result.stdout, flag
+        assert flag in stdout or flag.replace("--", "--[no]") in stdout, flag
+
+
+def test_pretraining_help_leaves_out_fine_tuning_flags(helps):
+    """tasks.pretrain shares the fine-tuning binaries' flags but for these (it refuses them:
+    tests/data/bad/cases.tsv)."""
+    stdout = helps["tasks.pretrain"]["stdout"]
+    assert "--num_train_epochs" not in stdout and "--do_eval" not in stdout
