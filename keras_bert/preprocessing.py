@@ -119,6 +119,7 @@ class BertPreprocessor(keras.layers.Layer):
             # tf.data.Dataset, say) is raised as its one line: Keras's Layer.__call__ would
             # wrap it in a listing of the layer's arguments.
             self.texts(x)
+            self.tokenizer.require_vocabulary()
             return super().__call__(x)
         texts = self.texts(x)
         return call_traced(self._eager_function(texts), texts)

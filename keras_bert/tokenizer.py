@@ -95,7 +95,7 @@ class BertTokenizer(keras.layers.Layer):
 
     # The vocabulary travels as an asset (vocab.txt inside a .keras file), not in the config.
     def save_assets(self, dir_path):
-        self._check_vocabulary()
+        self.require_vocabulary()
         with open(os.path.join(dir_path, "vocab.txt"), "w", encoding="utf-8") as f:
             f.write("\n".join(self.vocabulary) + "\n")
 
@@ -108,13 +108,16 @@ class BertTokenizer(keras.layers.Layer):
         vocab_file, lower_case = find_vocabulary(path, do_lower_case)
         return cls(vocab_file, do_lower_case=lower_case)
 
-    def _check_vocabulary(self):
+    def require_vocabulary(self):
+        """Raises a ValueError of one line unless the tokenizer has its vocabulary."""
         if self.vocabulary is None:  # made without one, and none loaded since
             raise ValueError("this BertTokenizer has no vocabulary: pass one (a list of tokens "
-                             "or the path of a vocab.txt) or call set_vocabulary")  # fmt: skip
+                             "or the path of a vocab.txt) or call set_vocabulary (a model made "
+                             "from its config alone, by from_config or model_from_json, has "
+                             "none: load its saved .keras file)")  # fmt: skip
 
     def token_id(self, token):
-        self._check_vocabulary()
+        self.require_vocabulary()
         return self._token_ids[token]
 
     @property
@@ -141,7 +144,10 @@ class BertTokenizer(keras.layers.Layer):
         """Called eagerly, the tokenizer skips Keras's `Layer.__call__`, which walks a list of
         texts string by string: SST-2 dev sentences as a Python list, all 872 in one call, 19k
         to 22k a second through it, 68k to 71k given as one tensor (benchmarks/RESULTS.md)."""
-        if args or kwargs or not tf.executing_eagerly() or isinstance(inputs, keras.KerasTensor):
+        symbolic = isinstance(inputs, keras.KerasTensor)  # building a functional graph
+        if not symbolic:  # else Keras's __call__ would wrap the one line in a listing
+            self.require_vocabulary()
+        if args or kwargs or not tf.executing_eagerly() or symbolic:
             return super().__call__(inputs, *args, **kwargs)
         return self.call(inputs)
 
@@ -152,7 +158,7 @@ class BertTokenizer(keras.layers.Layer):
         same text, checked on 21,980 real texts and 20,000 random ones). One `tf.cond` for the
         whole batch (or each half of it, below): splitting its rows between the two made every
         batch slower."""
-        self._check_vocabulary()
+        self.require_vocabulary()
         inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
         if inputs.shape.rank != 1:
             return self._ids(inputs)
@@ -208,7 +214,7 @@ class BertTokenizer(keras.layers.Layer):
         its place, one byte each: WordPiece's byte offsets are the character offsets. Any other
         batch is cleaned character by character (`_offsets_by_character`).
         """
-        self._check_vocabulary()
+        self.require_vocabulary()
         inputs = tf.convert_to_tensor(inputs, dtype=tf.string)
         if inputs.shape.rank != 1:
             return self._offsets_of_any_shape(inputs)

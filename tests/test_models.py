@@ -512,6 +512,13 @@ def test_mistakes_found_while_tracing_and_missing_targets_are_one_line(tiny_chec
         one_line_error(lambda: getattr(model, entry)(unlabelled, [1, 0], verbose=0),
                        "x is a tf.data.Dataset: put the targets in its elements, (x, y), "
                        "rather than passing y")  # fmt: skip
+    # A model made from its config alone has no vocabulary: Keras's listing of the tokenizer's
+    # arguments wrapped the line.
+    from_json = keras.models.model_from_json(model.to_json())
+    one_line_error(lambda: from_json.predict((first, second), verbose=0),
+                   "this BertTokenizer has no vocabulary: pass one (a list of tokens or the path "
+                   "of a vocab.txt) or call set_vocabulary (a model made from its config alone, "
+                   "by from_config or model_from_json, has none: load its saved .keras file)")
     flat_pairs = tf.data.Dataset.from_tensor_slices((first, second)).batch(2)
     for entry in ("fit", "evaluate", "predict"):
         one_line_error(lambda: getattr(model, entry)(flat_pairs, verbose=0),
