@@ -3,6 +3,7 @@ targets that are class ids, weights that are finite), batch it in tf.data withou
 thread, and trace functions once for batches of every size."""
 
 import collections.abc
+import numbers
 
 import keras
 import numpy as np
@@ -60,6 +61,15 @@ def _first_odd(values):
         if value is None or not isinstance(value, kind):
             return f" (item {i} is {value!r})"
     return ""
+
+
+def _holds_one_value(value):
+    """Whether value (or a part of a tuple or dict of them) is a single number or string."""
+    parts = value.values() if isinstance(value, dict) else (
+        value if isinstance(value, tuple) else [value])
+    return any(isinstance(p, (numbers.Number, str, bytes, np.generic))
+               or (tf.is_tensor(p) and p.shape.rank == 0)
+               or (isinstance(p, np.ndarray) and p.ndim == 0) for p in parts)  # fmt: skip
 
 
 def example_count(value):
@@ -199,6 +209,10 @@ def in_memory(x, y=None, sample_weight=None, check_x=None, check_targets=None):
     if count == 0:
         raise ValueError("x is empty: pass at least one example")
     for name, value in (("y", y), ("sample_weight", sample_weight)):
+        if value is not None and _holds_one_value(value):  # len() raised a TypeError
+            what = "target" if name == "y" else "weight"
+            raise ValueError(f"{name} is one value where a list of them belongs: give one "
+                             f"{what} per example, [{name}] for one example")  # fmt: skip
         if value is not None and example_count(value) != count:
             raise ValueError(f"len(x) is {count} but len({name}) is {example_count(value)}: "
                              "give one target per example")  # fmt: skip

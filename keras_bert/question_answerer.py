@@ -224,6 +224,9 @@ def _pad_candidates(result, n_best):
 def _check_one_span_a_question(starts_shape, ends_shape):
     """Refuses answer starts and ends that are not one of each a question (several answers a
     question, say, as SQuAD's dev set has them): they failed mid-epoch in tf.data's graph."""
+    if len(starts_shape) == 0 or len(ends_shape) == 0:
+        raise ValueError("y must be (answer_starts, answer_ends), each a list with one entry a "
+                         "question: ([start], [end]) for one question")  # fmt: skip
     if len(starts_shape) != 1 or len(ends_shape) != 1:
         shapes = [tuple(shape) for shape in (starts_shape, ends_shape)]
         raise ValueError(f"y must be (answer_starts, answer_ends), one start and one end a "

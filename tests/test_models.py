@@ -376,6 +376,14 @@ def test_pair_classifier_and_regression(tiny_checkpoint):
     one_line_error(lambda: model.predict(("a cat", "a dog"), verbose=0),
                    "x holds one text where a list of them belongs: pass a batch, [text] for one "
                    "example, ([first], [second]) for one pair")  # fmt: skip
+    # One target or weight where a list belongs: a TypeError from len().
+    for y, weight, message in [(5.0, None, "y is one value where a list of them belongs: give "
+                                           "one target per example, [y] for one example"),
+                               ([5.0], 0.5, "sample_weight is one value where a list of them "
+                                            "belongs: give one weight per example, "
+                                            "[sample_weight] for one example")]:  # fmt: skip
+        one_line_error(lambda: model.fit((first[:1], second[:1]), y, sample_weight=weight,
+                                         verbose=0), message)  # fmt: skip
     # Targets of two columns were broadcast by Keras's loss against the one prediction.
     one_line_error(lambda: model.fit((first, second), np.ones((3, 2)), verbose=0),
                    "y has shape (3, 2): give one regression target per example")
@@ -622,6 +630,9 @@ def test_targets_laid_out_wrongly_are_one_line(tiny_checkpoint):
     one_line_error(lambda: answerer.fit(starts_only, verbose=0),
                    "y must be (answer_starts, answer_ends), or rows of (start, end); got y of "
                    "shape (None,)")  # fmt: skip
+    one_line_error(lambda: answerer.fit(x, (0, 4), verbose=0),
+                   "y must be (answer_starts, answer_ends), each a list with one entry a "
+                   "question: ([start], [end]) for one question")  # fmt: skip
     # Several answers a question (SQuAD's dev set has them) failed mid-epoch in tf.data.
     several = ([[0, 0]], [[4, 4]])
     one_line_error(lambda: answerer.fit(x, several, verbose=0),
