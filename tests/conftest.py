@@ -1,4 +1,7 @@
+import json
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -137,6 +140,18 @@ def graph_float_bytes(export_path):
     return sum(t.ByteSize() for t in tensors if tf.as_dtype(t.dtype).is_floating)
 
 
+def run_forked(requests, timeout):
+    """Runs binaries as `python -m <module> <args>` would, each forked from one process that
+    imported TensorFlow once (tests/forked_binaries.py): `requests` is a list of {"module",
+    "args", "timeout"}; returns, in the same order, {"returncode", "stdout", "stderr"} each."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    runner = subprocess.run([sys.executable, os.path.join(root, "tests", "forked_binaries.py")],
+                            input=json.dumps(requests), cwd=root, capture_output=True, text=True,
+                            timeout=timeout)  # fmt: skip
+    assert runner.returncode == 0, runner.stderr[-3000:]
+    return json.loads(runner.stdout)
+
+
 def served_in_clean_process(export_path, body, stdin=""):
     """Runs `body` in a process that imports only tensorflow and tensorflow_text, with `f` the
     export's serving_default and `sys.argv[1]` its path; returns the JSON its last line prints.
@@ -144,10 +159,6 @@ def served_in_clean_process(export_path, body, stdin=""):
     `f` runs each call twice: as TF Serving runs the export (keras_bert/tf_serving.py, loaded
     by its path) and through `tf.saved_model.load`; it asserts the two answer the same and
     returns the latter's tensors."""
-    import json
-    import subprocess
-    import sys
-
     script = (
         "import importlib.util, json, sys, numpy as np, tensorflow as tf, tensorflow_text\n"
         "spec = importlib.util.spec_from_file_location('tf_serving', sys.argv[2])\n"

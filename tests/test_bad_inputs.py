@@ -7,7 +7,6 @@ its own forked from one that has imported TensorFlow (tests/forked_binaries.py):
 most of a bad input's few seconds importing it.
 """
 
-import json
 import os
 import re
 import shutil
@@ -15,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import run_forked
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BAD = os.path.join(ROOT, "tests", "data", "bad")
@@ -53,12 +53,8 @@ def results(tmp_path_factory):
     scratch = tmp_path_factory.mktemp("bad_inputs")
     requests = [{"module": module, "args": prepare(args, str(scratch / case_id)), "timeout": 300}
                 for case_id, module, args, _ in CASES]  # fmt: skip
-    runner = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "forked_binaries.py")],
-                            input=json.dumps(requests), cwd=ROOT, capture_output=True, text=True,
-                            timeout=1800)  # fmt: skip
-    assert runner.returncode == 0, runner.stderr[-3000:]
     return {case[0]: subprocess.CompletedProcess(case[1], **result)
-            for case, result in zip(CASES, json.loads(runner.stdout))}  # fmt: skip
+            for case, result in zip(CASES, run_forked(requests, 1800))}  # fmt: skip
 
 
 def test_the_corpus_is_well_formed():

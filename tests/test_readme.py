@@ -1,12 +1,12 @@
 """The README's commands are the ones that run: CI runs the test command verbatim."""
 
-import json
 import os
 import re
 import subprocess
 import sys
 
 import pytest
+from conftest import run_forked
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,11 +92,7 @@ def helps():
     process that imported TensorFlow once (tests/forked_binaries.py): in fresh processes each
     took about 7 s on 2 cores, most of it TensorFlow's import."""
     requests = [{"module": module, "args": ["--help"], "timeout": 300} for module, _ in HELP_FLAGS]
-    runner = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "forked_binaries.py")],
-                            input=json.dumps(requests), cwd=ROOT, capture_output=True, text=True,
-                            timeout=900)  # fmt: skip
-    assert runner.returncode == 0, runner.stderr[-3000:]
-    return {module: result for (module, _), result in zip(HELP_FLAGS, json.loads(runner.stdout))}
+    return {module: result for (module, _), result in zip(HELP_FLAGS, run_forked(requests, 900))}
 
 
 @pytest.mark.parametrize("module, flags", HELP_FLAGS)
