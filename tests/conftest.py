@@ -1,3 +1,4 @@
+import atexit
 import json
 import os
 import subprocess
@@ -14,7 +15,8 @@ import tensorflow as tf  # noqa: E402
 
 from keras_bert import attention, packing  # noqa: E402
 
-DATA = os.path.join(os.path.dirname(__file__), "data")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tests", "data")
 
 # Odd sizes, so that a transposed or mixed-up dimension shows.
 TINY = dict(
@@ -144,12 +146,54 @@ def run_forked(requests, timeout):
     """Runs binaries as `python -m <module> <args>` would, each forked from one process that
     imported TensorFlow once (tests/forked_binaries.py): `requests` is a list of {"module",
     "args", "timeout"}; returns, in the same order, {"returncode", "stdout", "stderr"} each."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    runner = subprocess.run([sys.executable, os.path.join(root, "tests", "forked_binaries.py")],
-                            input=json.dumps(requests), cwd=root, capture_output=True, text=True,
+    runner = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "forked_binaries.py")],
+                            input=json.dumps(requests), cwd=ROOT, capture_output=True, text=True,
                             timeout=timeout)  # fmt: skip
     assert runner.returncode == 0, runner.stderr[-3000:]
     return json.loads(runner.stdout)
+
+
+# What TensorFlow and Keras read from the environment as they are imported: a run forked from a
+# process that imported them with other values would not be the run asked for.
+IMPORT_TIME_VARIABLES = ("TF_", "KERAS_", "OMP_", "KMP_", "CUDA_", "PYTHON")
+_binary_server = {}  # this test process's tests/forked_binaries.py --serve, once started
+
+
+def _import_time(env):
+    return {k: v for k, v in env.items()
+            if k.startswith(IMPORT_TIME_VARIABLES) and k != "TF_CONFIG"}  # fmt: skip
+
+
+def run_binary(args, timeout=600, env=None):
+    """`subprocess.run([sys.executable, *args], cwd=<repository root>, capture_output=True,
+    text=True, timeout=timeout, env=env)` for args `-m <module> ...` or `-c <code> ...`, forked
+    from a process that imported TensorFlow once for this test process (forked_binaries.py
+    --serve): each run saves TensorFlow's import, about 6 s on 2 cores. A run that outlives its
+    timeout is killed and returns -9. A run whose environment differs from the server's in
+    what TensorFlow and Keras read at import (IMPORT_TIME_VARIABLES) runs as a subprocess."""
+    env = dict(os.environ if env is None else env)
+    server = _binary_server.get("process")
+    if server is not None and server.poll() is not None:
+        server = None
+    server_env = _binary_server["env"] if server else os.environ
+    if args[0] not in ("-m", "-c") or _import_time(env) != _import_time(server_env):
+        return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=timeout, env=env)  # fmt: skip
+    if server is None:
+        script = os.path.join(ROOT, "tests", "forked_binaries.py")
+        server = subprocess.Popen([sys.executable, script, "--serve"], cwd=ROOT, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+        atexit.register(server.stdin.close)  # the server ends when its stdin does
+        _binary_server.update(process=server, env=dict(os.environ))
+    request = {"module" if args[0] == "-m" else "code": args[1], "args": list(args[2:]),
+               "timeout": timeout, "env": env}  # fmt: skip
+    server.stdin.write(json.dumps([request]) + "\n")
+    server.stdin.flush()
+    line = server.stdout.readline()
+    assert line, f"forked_binaries.py --serve ended with status {server.wait()}"
+    result = json.loads(line)[0]
+    return subprocess.CompletedProcess([sys.executable, *args], result["returncode"],
+                                       result["stdout"], result["stderr"])
 
 
 def served_in_clean_process(export_path, body, stdin=""):

@@ -5,11 +5,17 @@ and the flags it defines, are new in every child). Nothing has touched TensorFlo
 before the fork: no op has run, no thread pool exists.
 
     python tests/forked_binaries.py < runs.json > results.json
+    python tests/forked_binaries.py --serve
 
-runs.json is a list of {"module", "args", "timeout"}; results.json, in the same order, a list of
-{"returncode", "stdout", "stderr"}, where returncode is what the process's exit status would be
-(-9 when the child outlived its timeout and was killed). Two children run at a time. On a CPU
-with 2 cores, importing TensorFlow takes about 6 s of a bad input's 6.5 s.
+runs.json is a list of {"module", "args", "timeout"}, or of {"code", "args", "timeout"} for a
+run of `python -c <code> <args>`, each with an optional "env" (the child's environment, whose
+variables TensorFlow reads at import must be this process's: conftest.run_binary checks);
+results.json, in the same order, a list of {"returncode", "stdout", "stderr"}, where returncode
+is what the process's exit status would be (-9 when the child outlived its timeout and was
+killed). Two children run at a time. With --serve, each line of stdin is such a list and each
+line of stdout its results, until stdin closes: a test process starts one and sends its runs
+one after another (conftest.run_binary). On a CPU with 2 cores, importing TensorFlow takes
+about 6 s of a bad input's 6.5 s.
 """
 
 import json
@@ -39,7 +45,7 @@ def exit_code(exit):
     return 1
 
 
-def start(module, args, out, err):
+def start(request, out, err):
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -47,11 +53,20 @@ def start(module, args, out, err):
         return pid
     code = 1
     try:
+        with open(os.devnull, "rb") as nothing:  # a child never reads the requests' pipe
+            os.dup2(nothing.fileno(), 0)
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
-        sys.argv = [module, *args]
+        if "env" in request:
+            os.environ.clear()
+            os.environ.update(request["env"])
         try:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            if "code" in request:
+                sys.argv = ["-c", *request["args"]]
+                exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
+            else:
+                sys.argv = [request["module"], *request["args"]]
+                runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as e:
             code = exit_code(e)
@@ -63,8 +78,7 @@ def start(module, args, out, err):
         os._exit(code)
 
 
-def main():
-    requests = json.load(sys.stdin)
+def run_all(requests):
     results = [None] * len(requests)
     waiting = list(enumerate(requests))
     running = {}  # pid -> (index, stdout file, stderr file, deadline)
@@ -72,7 +86,7 @@ def main():
         while waiting and len(running) < 2:
             index, request = waiting.pop(0)
             out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-            pid = start(request["module"], request["args"], out, err)
+            pid = start(request, out, err)
             running[pid] = (index, out, err, time.monotonic() + request["timeout"])
         pid, status = os.waitpid(-1, os.WNOHANG)
         if not pid:
@@ -89,7 +103,15 @@ def main():
             f.close()
         results[index] = {"returncode": os.waitstatus_to_exitcode(status),
                           "stdout": texts[0], "stderr": texts[1]}  # fmt: skip
-    json.dump(results, sys.stdout)
+    return results
+
+
+def main():
+    if sys.argv[1:] == ["--serve"]:
+        for line in sys.stdin:
+            print(json.dumps(run_all(json.loads(line))), flush=True)
+    else:
+        json.dump(run_all(json.load(sys.stdin)), sys.stdout)
 
 
 if __name__ == "__main__":

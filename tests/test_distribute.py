@@ -1,5 +1,6 @@
 """Training under tf.distribute strategies, and resuming a killed run. Each case runs the GLUE
-binary in fresh processes: logical CPU devices and TF_CONFIG must be set before TF starts."""
+binary in processes of its own (forked by conftest.run_binary, or started afresh): logical CPU
+devices and TF_CONFIG must be set before TensorFlow's runtime starts."""
 
 import json
 import os
@@ -14,7 +15,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import DATA
+from conftest import DATA, run_binary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,9 +27,8 @@ def glue_command(checkpoint, output_dir, *extra):
             "--max_eval_examples=16", *extra]  # fmt: skip
 
 
-def run(command, env=None, timeout=600):
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                            env={**os.environ, **(env or {})})  # fmt: skip
+def run(command):
+    result = run_binary(command[1:])
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 

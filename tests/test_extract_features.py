@@ -3,17 +3,15 @@ lines, the compact .npy vectors, and a run killed mid-file that continues where 
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import run_binary
 
 from keras_bert import BertPreprocessor
 from keras_bert.pretrained import load_pretrained
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXTS = ["The cat sat on the mat.", "A man is playing a guitar. ||| Someone plays an instrument.",
          "Short", "Zürich's café, 1999!", "two ||| parts", "the dog barked at the mailman"]  # fmt: skip
 
@@ -59,8 +57,7 @@ def input_file(tmp_path):
 
 
 def extract(*args, prefix=("-m", "tasks.extract_features"), expect=0):
-    result = subprocess.run([sys.executable, *prefix, *args], cwd=ROOT, capture_output=True,
-                            text=True, timeout=600)  # fmt: skip
+    result = run_binary([*prefix, *args])
     assert result.returncode == expect, result.stderr[-3000:]
     return result
 

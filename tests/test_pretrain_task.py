@@ -14,7 +14,7 @@ import pytest
 from keras_bert import checkpoints
 from tasks import pretrain, pretraining_text
 
-from conftest import DATA
+from conftest import DATA, run_binary
 from test_distribute import free_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,14 +27,14 @@ CONFIG = {"vocab_size": 30522, "hidden_size": 64, "num_hidden_layers": 2, "num_a
 @pytest.fixture(scope="module")
 def pretraining_data(tmp_path_factory, minilm_dir):
     folder = tmp_path_factory.mktemp("pretraining_data")
-    result = subprocess.run(
-        [sys.executable, "-m", "tasks.create_pretraining_data",
+    result = run_binary(
+        ["-m", "tasks.create_pretraining_data",
          f"--input_file={os.path.join(DATA, 'pretrain', 'bert_sample_text.txt')},"
          f"{os.path.join(DATA, 'pretrain', 'persuasion_part.txt')}",
          f"--output_file={folder / 'data'}",
          f"--vocab_file={os.path.join(minilm_dir, 'vocab.txt')}", "--max_seq_length=64",
          "--max_predictions_per_seq=10", "--dupe_factor=5"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (folder / "bert_config.json").write_text(json.dumps(CONFIG))
     return folder
@@ -47,9 +47,8 @@ def pretrain_command(data, minilm_dir, output_dir, *extra):
             "--train_batch_size=32", "--learning_rate=2e-3", "--num_warmup_steps=50", *extra]  # fmt: skip
 
 
-def run(command, env=None):
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900,
-                            env={**os.environ, **(env or {})})  # fmt: skip
+def run(command):
+    result = run_binary(command[1:], 900)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -117,9 +116,8 @@ def test_records_set_the_sequence_length_and_must_fit_the_model(tmp_path, pretra
          "--max_seq_length=32 or less"),
     ]:  # fmt: skip
         (tmp_path / "short.json").write_text(json.dumps({**CONFIG, "max_position_embeddings": 32}))
-        result = subprocess.run(pretrain_command(pretraining_data, minilm_dir, tmp_path / "run",
-                                                 *extra), cwd=ROOT, capture_output=True,
-                                text=True, timeout=300)  # fmt: skip
+        result = run_binary(pretrain_command(pretraining_data, minilm_dir, tmp_path / "run",
+                                             *extra)[1:], 300)  # fmt: skip
         assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == message
 
 
@@ -222,7 +220,7 @@ def test_streaming_pretraining_from_raw_text(tmp_path, minilm_dir):
     # finished run had seen it.
     with open(text, "ab") as f:
         f.write(b"Call me Ishmael, once more.\r\n")
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = run_binary(command[1:], 300)
     assert result.returncode == 1, result.stderr[-2000:]
     assert re.search(r"^error: --output_dir=.* holds a run with other settings \(training data "
                      r"SHA-256 \w{12}\.\.\. there, \w{12}\.\.\. now \(edited since\)\)",
@@ -243,8 +241,7 @@ def test_too_little_text_and_too_much_warmup_are_one_line_errors(tmp_path, minil
         (["--num_warmup_steps=50"], "error: --num_warmup_steps gives 50 warmup steps, but the "
                                     "run has 20 steps in all"),
     ):  # fmt: skip
-        result = subprocess.run(base + extra, cwd=ROOT, capture_output=True, text=True,
-                                timeout=300)  # fmt: skip
+        result = run_binary(base[1:] + extra, 300)
         assert result.returncode == 1, result.stderr[-2000:]
         assert result.stderr.strip().splitlines()[-1].startswith(message)
         assert "Traceback" not in result.stderr

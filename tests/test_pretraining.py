@@ -2,8 +2,6 @@ import collections
 import glob
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -11,9 +9,8 @@ import tensorflow as tf
 
 from keras_bert import pretraining
 
-from conftest import DATA
+from conftest import DATA, run_binary
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRETRAIN = os.path.join(DATA, "pretrain")
 SPECIAL = pretraining.SpecialIds(cls=2, sep=3, mask=4, vocab_size=1000,
                                  replacement_ids=tuple(range(5, 1000)))  # fmt: skip
@@ -131,10 +128,10 @@ def test_whole_word_masking_takes_every_piece_of_a_word():
 
 
 def create_data(tmp_path, minilm_dir, *flags):
-    command = [sys.executable, "-m", "tasks.create_pretraining_data",
+    command = ["-m", "tasks.create_pretraining_data",
                f"--vocab_file={os.path.join(minilm_dir, 'vocab.txt')}",
                f"--output_file={tmp_path / 'out' / 'data'}", *flags]  # fmt: skip
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return run_binary(command)
 
 
 def read_records(pattern):

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from absl import app
-from conftest import DATA
+from conftest import DATA, run_binary
 
 from tasks import runs
 
@@ -89,8 +89,7 @@ runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 
 
 def run(args, expect=0):
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                            timeout=600)  # fmt: skip
+    result = run_binary(args)
     assert result.returncode == expect, result.stderr[-3000:]
     return result
 
