@@ -164,19 +164,21 @@ def _import_time(env):
             if k.startswith(IMPORT_TIME_VARIABLES) and k != "TF_CONFIG"}  # fmt: skip
 
 
-def run_binary(args, timeout=600, env=None):
+def run_binary(args, timeout=600, env=None, fresh=False):
     """`subprocess.run([sys.executable, *args], cwd=<repository root>, capture_output=True,
     text=True, timeout=timeout, env=env)` for args `-m <module> ...` or `-c <code> ...`, forked
     from a process that imported TensorFlow once for this test process (forked_binaries.py
     --serve): each run saves TensorFlow's import, about 6 s on 2 cores. A run that outlives its
     timeout is killed and returns -9. A run whose environment differs from the server's in
-    what TensorFlow and Keras read at import (IMPORT_TIME_VARIABLES) runs as a subprocess."""
+    what TensorFlow and Keras read at import (IMPORT_TIME_VARIABLES) runs as a subprocess, as
+    does one asked `fresh`: a forked binary finds keras_bert and tasks imported already, so
+    each binary needs a fresh run somewhere to show it imports what it uses."""
     env = dict(os.environ if env is None else env)
     server = _binary_server.get("process")
     if server is not None and server.poll() is not None:
         server = None
     server_env = _binary_server["env"] if server else os.environ
-    if args[0] not in ("-m", "-c") or _import_time(env) != _import_time(server_env):
+    if fresh or args[0] not in ("-m", "-c") or _import_time(env) != _import_time(server_env):
         return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
                               timeout=timeout, env=env)  # fmt: skip
     if server is None:

@@ -56,8 +56,8 @@ def input_file(tmp_path):
     return str(path)
 
 
-def extract(*args, prefix=("-m", "tasks.extract_features"), expect=0):
-    result = run_binary([*prefix, *args])
+def extract(*args, prefix=("-m", "tasks.extract_features"), expect=0, fresh=False):
+    result = run_binary([*prefix, *args], fresh=fresh)
     assert result.returncode == expect, result.stderr[-3000:]
     return result
 
@@ -81,8 +81,10 @@ def direct(checkpoint, texts, sequence_length=32):
 
 def test_per_token_values_are_the_encoders(tmp_path, input_file, tiny_checkpoint):
     output = str(tmp_path / "features.jsonl")
+    # fresh: the binary's one run in a process of its own (conftest.run_binary says why).
     extract(f"--input_file={input_file}", f"--output_file={output}", "--layers=-1,0",
-            f"--init_checkpoint={tiny_checkpoint}", "--max_seq_length=32", "--batch_size=4")
+            f"--init_checkpoint={tiny_checkpoint}", "--max_seq_length=32", "--batch_size=4",
+            fresh=True)
     records = [json.loads(line) for line in open(output, encoding="utf-8")]
     expected, vocabulary = direct(tiny_checkpoint, TEXTS)
     assert [r["linex_index"] for r in records] == list(range(len(TEXTS)))

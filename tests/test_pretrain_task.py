@@ -53,10 +53,12 @@ def pretraining_data(tmp_path_factory, minilm_dir):
              for name in ("bert_sample_text.txt", "persuasion_part.txt")]  # fmt: skip
     vocabulary = vocabulary_of(texts, minilm_dir)
     (folder / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    # fresh: the binary's one run in a process of its own (conftest.run_binary says why).
     result = run_binary(
         ["-m", "tasks.create_pretraining_data", f"--input_file={','.join(texts)}",
          f"--output_file={folder / 'data'}", f"--vocab_file={folder / 'vocab.txt'}",
-         "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=5"])  # fmt: skip
+         "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=5"],
+        fresh=True)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     config = {**CONFIG, "vocab_size": len(vocabulary)}
     (folder / "bert_config.json").write_text(json.dumps(config))
