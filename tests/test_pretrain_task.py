@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from keras_bert import BertTokenizer, checkpoints
+from keras_bert.vocabulary import SPECIAL_TOKENS
 from tasks import pretrain, pretraining_text
 
 from conftest import DATA, run_binary
@@ -24,24 +25,19 @@ CONFIG = {"vocab_size": 30522, "hidden_size": 64, "num_hidden_layers": 2, "num_a
           "type_vocab_size": 2, "initializer_range": 0.02}  # fmt: skip
 
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-
-
 def vocabulary_of(text_files, minilm_dir):
     """MiniLM's vocabulary cut to the special tokens and the wordpieces that `text_files`
     tokenize into. They tokenize the same with the cut (ids aside): WordPiece takes the longest
     piece in the vocabulary at each step, and each piece it took from the whole is in the cut.
     A small model's step costs half as much with the 2,890 pieces of the two texts below as
     with 30,522, whose output layer was most of it."""
-    with open(os.path.join(minilm_dir, "vocab.txt"), encoding="utf-8") as f:
-        vocabulary = f.read().splitlines()
     tokenizer = BertTokenizer.from_checkpoint(minilm_dir)
     used = set()
     for path in text_files:
         with open(path, encoding="utf-8") as f:
             lines = [line for line in f.read().splitlines() if line.strip()]
         used.update(tokenizer(lines).flat_values.numpy().tolist())
-    return [t for i, t in enumerate(vocabulary) if i in used or t in SPECIAL_TOKENS]
+    return [t for i, t in enumerate(tokenizer.vocabulary) if i in used or t in SPECIAL_TOKENS]
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +127,8 @@ def test_training_batches_run_without_tf_data_autotuning(pretraining_data, flags
 def test_records_set_the_sequence_length_and_must_fit_the_model(tmp_path, pretraining_data):
     # The records' 64 tokens are the run's length: a --max_seq_length that differs, or a model
     # with fewer positions, is refused before anything trains, naming where the length came from.
+    config = json.loads((pretraining_data / "bert_config.json").read_text())
+    (tmp_path / "short.json").write_text(json.dumps({**config, "max_position_embeddings": 32}))
     for extra, message in [
         (["--max_seq_length=32"],
          "error: --input_file holds instances of 64 tokens, but --max_seq_length is 32: pass "
@@ -140,8 +138,6 @@ def test_records_set_the_sequence_length_and_must_fit_the_model(tmp_path, pretra
          "max_position_embeddings=32: make them with tasks.create_pretraining_data "
          "--max_seq_length=32 or less"),
     ]:  # fmt: skip
-        config = json.loads((pretraining_data / "bert_config.json").read_text())
-        (tmp_path / "short.json").write_text(json.dumps({**config, "max_position_embeddings": 32}))
         result = run_binary(pretrain_command(pretraining_data, tmp_path / "run",
                                              *extra)[1:], 300)  # fmt: skip
         assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == message
