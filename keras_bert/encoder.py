@@ -4,6 +4,7 @@ import keras
 
 from keras_bert import column_parts, layers, packing
 from keras_bert.config import BertConfig
+from keras_bert.primitives import BertLayerNorm
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 
@@ -160,6 +161,14 @@ class BertEncoder(keras.Model):
         first_only = self.keep_outputs == ("pooled_output_only",)
         for block in self.transformer_layers:
             block.split_columns(count, first_only and block is self.transformer_layers[-1])
+
+    def plain_layer_norms(self):
+        """For float32 exports: every LayerNorm computes as plain ops in inference, whatever
+        the size (primitives.BertLayerNorm.plain_in_inference), the form that is fast with
+        oneDNN off. Task models' `export` does this on its float32 copy."""
+        for layer in self._flatten_layers(include_self=False):
+            if isinstance(layer, BertLayerNorm):
+                layer.plain_in_inference = True
 
     @classmethod
     def from_config(cls, config):

@@ -154,7 +154,15 @@ class BertLayerNorm(keras.layers.LayerNormalization):
     fused 190 us, Keras 470. Training always takes the fused op: the size is known only when
     the graph runs, so the choice is a cond, and a training step would trace both forms and
     both their gradients for batches that are large anyway.
+
+    `plain_in_inference = True` (float32 exports: `BertEncoder.plain_layer_norms`) takes the
+    plain ops in inference whatever the size. Where oneDNN is off (TensorFlow's default on a
+    CPU without AVX512 VNNI, BF16 or AMX, so TF Serving's there), FusedBatchNormV3 runs on
+    TensorFlow's own kernel, which transposes its NCHW input twice: twelve (807, 384)
+    LayerNorms, float32, two threads, took 25.4 ms fused against 6.6 plain (RESULTS.md).
     """
+
+    plain_in_inference = False
 
     def call(self, inputs, training=None):
         if self.axis not in ([-1], [len(inputs.shape) - 1]) or self.rms_scaling:
@@ -167,7 +175,10 @@ class BertLayerNorm(keras.layers.LayerNormalization):
         # a stateful op, which a tf.function always runs, with all it depends on, even when
         # nothing reads its result (encoder.py's pooled_output_only relies on the pruning).
         gamma, beta = tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta)
-        fused = True if training else size > FUSED_LAYER_NORM  # see the class docstring
+        if training:
+            fused = True  # see the class docstring
+        else:
+            fused = False if self.plain_in_inference else size > FUSED_LAYER_NORM
         normalized = cond(fused, lambda: self._fused(rows, gamma, beta),
                            lambda: self._plain(rows, gamma, beta))  # fmt: skip
         return ops.cast(tf.reshape(normalized, shape), self.compute_dtype)

@@ -111,6 +111,13 @@ class ServableModel(keras.Model):
         a third of the time (MiniLM's classifier loaded as TF Serving loads it: its first
         request 2.0 to 2.8 s, against 6.6 to 7.2).
 
+        A float32 export computes its LayerNorms as plain ops (`BertEncoder.plain_layer_norms`):
+        where oneDNN is off (TensorFlow's default on a CPU with AVX2 alone) its fused form runs
+        slowly, and the export cannot know whether the server's TensorFlow will turn oneDNN on.
+        Measured with the quick start's export, SST-2 dev batches of 32: 1.11x as many
+        sentences with oneDNN off, 0.98x to 0.99x with it on (benchmarks/RESULTS.md). Exports
+        in 16 bits keep the fused form, which oneDNN runs, as their CPUs' fast products need.
+
         A head never trained (`head_is_untrained`) is refused, unless `allow_untrained_head`
         (an export to time or to test a server with, whose answers mean nothing)."""
         if kwargs:
@@ -128,6 +135,8 @@ class ServableModel(keras.Model):
         inference = self._copy(precision, keep_outputs=self.ENCODER_OUTPUTS)
         if column_parts > 1:
             inference.encoder.split_columns(column_parts)
+        if precision == "float32":
+            inference.encoder.plain_layer_norms()
         return serving.export(inference, filepath, version)
 
     def with_precision(self, precision, for_inference=False):

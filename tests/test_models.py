@@ -15,6 +15,7 @@ import tensorflow as tf
 from conftest import graph_float_bytes, served_in_clean_process
 
 import keras_bert
+from keras_bert import serving
 
 SENTENCES = ["a gripping , moving film", "dull and far too long", "a delight", "tedious mess"]
 LABELS = [1, 0, 1, 0]
@@ -835,5 +836,9 @@ def test_export_computes_in_the_precision_asked_not_the_one_it_trained_in(tiny_c
         served = np.array(served_in_clean_process(path, body, json.dumps(SENTENCES)))
         np.testing.assert_allclose(served, expected[precision], atol=gap / 10)
         assert graph_float_bytes(path) < 0.05 * weights_bytes(model)  # weights in variables
+        # float32 computes its LayerNorms as plain ops, fast with oneDNN off; bfloat16 keeps
+        # the fused op, which oneDNN runs as one LayerNorm kernel.
+        fused = any(node.op == "FusedBatchNormV3" for node in serving.graph_nodes(path))
+        assert fused == (precision == "bfloat16"), precision
     with pytest.raises(ValueError, match="unknown precision 'int8'"):
         model.export(str(tmp_path / "m"), precision="int8")
