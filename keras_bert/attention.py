@@ -4,13 +4,14 @@
 Mixed precision: the scores are cast to float32 before the softmax.
 """
 
+import functools
 import math
 
 import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_bert import column_parts
+from keras_bert import column_parts, packing
 from keras_bert.packing import pack, spread_for_attention
 from keras_bert.primitives import BertDropout, cond, initializer
 
@@ -142,19 +143,45 @@ class BertSelfAttention(keras.layers.Layer):
     def _context(self, projected, layout, heads, training, first_only):
         """`heads` heads' attention, from their (query, key, value) projections: (rows, heads *
         head_size), the rows of the keys and values the tokens (packed), those of the queries
-        too, or with `first_only` one a sequence."""
+        too, or with `first_only` one a sequence. In inference on a large batch, computed in
+        groups of sequences of similar length (packing.attention_buckets)."""
         query, key, value = projected
-        input_mask = layout["input_mask"]
+        spread = functools.partial(spread_for_attention, layout=layout)
+        if first_only:
+            return self._attend(query, key, value, spread, layout["input_mask"], heads, training,
+                                first_only=True)  # fmt: skip
+
+        def whole_batch():
+            context = self._attend(query, key, value, spread, layout["input_mask"], heads,
+                                   training)  # fmt: skip
+            return pack(context, layout)
+
+        def in_buckets():  # inference only: a plain gather spreads each bucket
+            buckets, unbucket = packing.attention_buckets(layout["lengths"])
+            contexts = [self._attend(query, key, value, functools.partial(tf.gather, indices=slots),
+                                     mask, heads, training, in_bucket=True)
+                        for slots, mask in buckets]  # fmt: skip
+            return tf.gather(tf.concat(contexts, axis=0), unbucket)
+
+        return cond(False if training else layout["bucketed"], in_buckets, whole_batch)
+
+    def _attend(self, query, key, value, spread, input_mask, heads, training, first_only=False,
+                in_bucket=False):
+        """Attention over the sequences that `spread` lays the packed rows out in, (rows, width)
+        -> (batch * seq, width), with `input_mask` (batch, seq): (batch * seq, heads *
+        head_size), each position's context (padded ones' to be dropped); with `first_only`,
+        `query` holds one row a sequence, and so does the result. `in_bucket`: a bucket's
+        attention takes the kernels for large inputs (oneDNN's where it runs) without a cond."""
         batch, seq = ops.shape(input_mask)[0], ops.shape(input_mask)[1]
         queries = 1 if first_only else seq
         if not first_only:
-            query = spread_for_attention(query, layout)  # (batch * seq, width)
+            query = spread(query)  # (batch * seq, width)
         query = self._split_heads(query, batch, queries, heads)  # (batch, heads, queries, size)
-        key = self._split_heads(spread_for_attention(key, layout), batch, seq, heads)
-        value = self._split_heads(spread_for_attention(value, layout), batch, seq, heads)
+        key = self._split_heads(spread(key), batch, seq, heads)
+        value = self._split_heads(spread(value), batch, seq, heads)
         # Only where oneDNN would run them: not on GPUs, and not in float16 (TensorFlow's
         # BatchMatMulV3 has no float16 kernel on CPUs).
-        small = (not training and self.compute_dtype != "float16"
+        small = (not training and not in_bucket and self.compute_dtype != "float16"
                  and not tf.config.list_logical_devices("GPU")
                  and batch * queries * seq <= SMALL_ATTENTION)  # fmt: skip
 
@@ -174,14 +201,16 @@ class BertSelfAttention(keras.layers.Layer):
             # Softmax in float32: bfloat16 scores would lose the small differences between keys.
             return softmax(ops.cast(scores, "float32"))  # (batch, heads, queries, seq)
 
-        probs = cond(small, lambda: attention_probs(small_batch_matmul, small_softmax),
-                      lambda: attention_probs(tf.linalg.matmul, tf.nn.softmax))  # fmt: skip
-        probs = self.dropout(ops.cast(probs, self.compute_dtype), training=training)
-        context = cond(small, lambda: small_batch_matmul(probs, value),
-                        lambda: tf.linalg.matmul(probs, value))  # (batch, heads, queries, size)
+        def attention_context(matmul, softmax):
+            probs = self.dropout(ops.cast(attention_probs(matmul, softmax), self.compute_dtype),
+                                 training=training)  # fmt: skip
+            return matmul(probs, value)  # (batch, heads, queries, size)
+
+        # One cond for both products and the softmax, not one each.
+        context = cond(small, lambda: attention_context(small_batch_matmul, small_softmax),
+                       lambda: attention_context(tf.linalg.matmul, tf.nn.softmax))  # fmt: skip
         context = swap_heads_and_positions(context)  # (batch, queries, heads, head_size)
-        context = ops.reshape(context, (-1, heads * self.head_size))  # (batch * queries, ...)
-        return context if first_only else pack(context, layout)  # (rows, heads * head_size)
+        return ops.reshape(context, (-1, heads * self.head_size))  # (batch * queries, ...)
 
     def split_columns(self, count, first_only=False):
         """Serving: computes its heads in `count` groups, each from its own columns of the

@@ -95,6 +95,37 @@ def test_attention_matches_a_plain_numpy_computation(attention_kernels):
     np.testing.assert_allclose(on_tokens(layer, x, mask).numpy(), expected, atol=1e-5)
 
 
+def test_attention_buckets_group_sequences_of_similar_length():
+    # Lengths 3, 1, 2, 2, 5 sort (stably) to sequences 1, 2, 3, 0, 4, cut 1, 1, 1, 2.
+    buckets, unbucket = packing.attention_buckets(tf.constant([3, 1, 2, 2, 5]))
+    assert [mask.numpy().tolist() for _, mask in buckets] == [
+        [[1]], [[1, 1]], [[1, 1]], [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]]  # fmt: skip
+    # Rows among the 13 packed tokens (sequence 0's are 0-2, 1's 3, 2's 4-5, ...); 0 for padding.
+    assert [slots.numpy().tolist() for slots, _ in buckets] == [
+        [3], [4, 5], [6, 7], [0, 1, 2, 0, 0, 8, 9, 10, 11, 12]]  # fmt: skip
+    # Each token's row among the buckets' positions, laid end to end (1 + 2 + 2 + 10 rows).
+    assert unbucket.numpy().tolist() == [5, 6, 7, 0, 1, 2, 3, 4, 10, 11, 12, 13, 14]
+    # Fewer sequences than buckets: the empty ones hold no positions.
+    buckets, unbucket = packing.attention_buckets(tf.constant([2]))
+    assert [tuple(mask.shape) for _, mask in buckets] == [(0, 0)] * 3 + [(1, 2)]
+    assert unbucket.numpy().tolist() == [0, 1]
+
+
+def test_large_batches_attend_in_buckets_to_the_same_numbers(attention_kernels, monkeypatch):
+    layer = attention_layer()
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(1, 11, size=packing.BUCKETED_ATTENTION_BATCH + 3)
+    mask = (np.arange(10)[None] < lengths[:, None]).astype("int32")
+    mask[3] = [1, 0, 1, 1, 0, 1, 0, 0, 1, 0]  # real positions need not come first
+    x = rng.normal(size=(*mask.shape, 12)).astype("float32")
+    assert packing.TokenLayout()(tf.constant(mask))["bucketed"]
+    bucketed = on_tokens(layer, x, mask).numpy()
+    monkeypatch.setattr(packing, "BUCKETED_ATTENTION_BATCH", 10**6)
+    assert not packing.TokenLayout()(tf.constant(mask))["bucketed"]
+    np.testing.assert_allclose(bucketed, on_tokens(layer, x, mask).numpy(), atol=1e-6)
+    np.testing.assert_array_equal(bucketed[mask == 0], 0.0)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_swapping_heads_and_positions_is_a_transpose_and_its_own_gradient(dtype):
     x = tf.cast(tf.random.normal((2, 5, 3, 4), seed=3), dtype)
