@@ -170,6 +170,13 @@ class BertEncoder(keras.Model):
             if isinstance(layer, BertLayerNorm):
                 layer.plain_in_inference = True
 
+    def attention_buckets(self):
+        """For exports served with oneDNN off: in inference, a batch of 16 sequences or more
+        attends in buckets of sequences of similar length (packing.attention_buckets). Task
+        models' `export(..., attention_buckets=True)` does this on its copy."""
+        for block in self.transformer_layers:
+            block.attention.bucketed_in_inference = True
+
     @classmethod
     def from_config(cls, config):
         return cls(**config)

@@ -27,7 +27,8 @@ class TokenLayout(keras.layers.Layer):
         row does, since padded keys get no attention and padded queries are dropped;
       first: (batch,), the packed row of each sequence's first token ([CLS]);
       lengths: (batch,), each sequence's count of real tokens;
-      bucketed: (), bool, whether inference attends in buckets (`attention_buckets`).
+      bucketed: (), bool, whether the batch is large enough to attend in buckets
+        (`attention_buckets`; only where the attention layers are set to).
     Position 0 of every row counts as real even under a 0 mask (the pooler reads it, and a
     batch of all-padding rows then still has a token to gather from).
 
@@ -64,13 +65,14 @@ class TokenLayout(keras.layers.Layer):
                 "bucketed": keras.KerasTensor((), dtype="bool")}  # fmt: skip
 
 
-# Inference on a batch of at least BUCKETED_ATTENTION_BATCH sequences computes attention in
-# ATTENTION_BUCKETS groups of sequences of similar length, each padded to its own longest, not to
-# the batch's: on SST-2 dev batches of 32, 0.70 of the scores computed are real ones, not 0.32.
-# The quick start's float32 export, oneDNN off, AMD EPYC with AVX2: batch 32 1.06x to 1.10x,
-# batch 16 1.06x, batch 1 0.97x to 0.98x (the cond each attention then runs; the buckets are
-# laid out inside it, so a small batch does not compute them); oneDNN on, batch 32 0.98x to
-# 1.01x (benchmarks/RESULTS.md).
+# With BertSelfAttention.bucketed_in_inference, inference on a batch of at least
+# BUCKETED_ATTENTION_BATCH sequences computes attention in ATTENTION_BUCKETS groups of sequences
+# of similar length, each padded to its own longest, not to the batch's: on SST-2 dev batches of
+# 32, 0.70 of the scores computed are real ones, not 0.32. The quick start's float32 export, AMD
+# EPYC with AVX2, oneDNN off: batch 32 1.06x to 1.15x, batch 16 1.02x to 1.07x, batch 1 0.94x to
+# 0.98x (the cond each attention then runs; the buckets are laid out inside it, so a small batch
+# does not compute them); oneDNN on: batch 32 0.98x to 1.01x, batch 1 0.93x to 0.95x
+# (benchmarks/RESULTS.md). So it is an export's choice, for servers without oneDNN.
 ATTENTION_BUCKETS = 4
 BUCKETED_ATTENTION_BATCH = 16
 

@@ -113,6 +113,7 @@ def test_attention_buckets_group_sequences_of_similar_length():
 
 def test_large_batches_attend_in_buckets_to_the_same_numbers(attention_kernels, monkeypatch):
     layer = attention_layer()
+    layer.bucketed_in_inference = True  # as BertEncoder.attention_buckets sets it for an export
     rng = np.random.default_rng(2)
     lengths = rng.integers(1, 11, size=packing.BUCKETED_ATTENTION_BATCH + 3)
     mask = (np.arange(10)[None] < lengths[:, None]).astype("int32")

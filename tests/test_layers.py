@@ -85,8 +85,8 @@ def test_a_training_step_traces_no_kernel_choice():
         return [op.type for op in step.get_concrete_function().graph.get_operations()]
 
     conds = {"If", "StatelessIf"}
-    # Not training: the two LayerNorms' conds and attention's (in buckets of similar lengths or
-    # not; inside it, its kernels' choice), and their three gradients.
+    # Not training: the two LayerNorms' conds and attention's kernel choice, and their three
+    # gradients.
     assert sum(op in conds for op in op_types(False)) == 6
     assert not conds & set(op_types(True))
     # The fused LayerNorm (and its gradient) and the softmax oneDNN replaces.

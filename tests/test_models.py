@@ -770,10 +770,15 @@ def test_export_serves_strings_with_inference_weights_only(classifier, tmp_path)
               for name, p in (("parts", path), ("whole", whole))}  # fmt: skip
     assert (12, 19) in shapes["parts"] and (12, 38) not in shapes["parts"]
     assert (12, 38) in shapes["whole"] and (12, 19) not in shapes["whole"]
-    texts = tf.constant(SENTENCES)
-    np.testing.assert_allclose(
-        *(tf.saved_model.load(p).signatures["serving_default"](sentence=texts)["probabilities"]
-          for p in (path, whole)), atol=1e-6)  # fmt: skip
+    # attention_buckets=True: a batch of 16 or more attends in buckets of similar lengths.
+    buckets = classifier.export(str(tmp_path / "sst2"), attention_buckets=True)
+    texts = tf.constant([f"{s} {' '.join(['and'] * i)}" for i in range(5) for s in SENTENCES])
+    served = [tf.saved_model.load(p).signatures["serving_default"](sentence=texts)
+              ["probabilities"] for p in (path, whole, buckets)]  # fmt: skip
+    np.testing.assert_allclose(served[0], served[1], atol=1e-6)
+    np.testing.assert_allclose(served[0], served[2], atol=1e-6)
+    # Only that export sorts the sequences by length (tf.argsort's TopKV2).
+    assert "TopKV2" in serving.graph_ops(buckets) and "TopKV2" not in serving.graph_ops(path)
     assert all(getattr(b, "_column_parts", None) is None
                for b in classifier.encoder.transformer_layers)  # fmt: skip
     classifier.fit(SENTENCES, LABELS, batch_size=8, epochs=1, verbose=0)
