@@ -113,9 +113,8 @@ class BertSelfAttention(keras.layers.Layer):
         self.output_dense = dense("output_dense")
         self.dropout = BertDropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
 
-    # Exports made for a server without oneDNN set it (BertEncoder.attention_buckets): there a
-    # batch of 32 serves 1.06x to 1.15x as fast, but the cond that chooses costs a served
-    # sentence 2% to 6% (5% to 7% with oneDNN on, where batches of 32 gain nothing; packing.py).
+    # Exports made for a server without oneDNN set it (BertEncoder.attention_buckets); what it
+    # gains and costs: packing.ATTENTION_BUCKETS.
     bucketed_in_inference = False
 
     def build(self, input_shape):
