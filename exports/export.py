@@ -46,15 +46,15 @@ flags.DEFINE_integer("column_parts", None, "The export's encoder blocks compute 
                      "column parts, which TensorFlow's inter-op threads run side by side (the "
                      "same numbers up to rounding; README, Speed). Default: 2 where the model's "
                      "heads and sizes split in two, else 1; 1 keeps each product whole.")
-flags.DEFINE_bool("attention_buckets", False, "A batch of 16 sequences or more attends in 4 "
-                  "buckets of sequences of similar length, each padded to its own longest: for "
-                  "a server whose TensorFlow runs with oneDNN off (its default on a CPU with "
-                  "AVX2 alone), where batches of 32 serve 1.06x to 1.15x as fast and single "
-                  "sentences 0.94x to 0.98x; with oneDNN on, batches gain nothing and single "
-                  "sentences lose 5% to 7% (README, Speed).")
+flags.DEFINE_bool("attention_buckets", None, "Whether a batch of 16 sequences or more attends in "
+                  "4 buckets of sequences of similar length, each padded to its own longest. "
+                  "Default: in float32 exports, where batches of 32 serve 1.08x to 1.12x as "
+                  "fast with oneDNN off (TensorFlow's default on a CPU with AVX2 alone) and 1.01x "
+                  "to 1.03x with it on, single sentences 0.97x to 1.00x (README, Speed); not in "
+                  "16-bit exports. --noattention_buckets: never.")
 
 def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, max_windows=None,
-               precision="float32", column_parts=None, attention_buckets=False):  # fmt: skip
+               precision="float32", column_parts=None, attention_buckets=None):  # fmt: skip
     """Exports the model.keras of a finished run; everything it needs is inside that file."""
     textfiles.check_folder(run_dir, "--run_dir")
     if version is not None and version < 1:

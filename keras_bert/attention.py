@@ -113,10 +113,6 @@ class BertSelfAttention(keras.layers.Layer):
         self.output_dense = dense("output_dense")
         self.dropout = BertDropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
 
-    # Exports made for a server without oneDNN set it (BertEncoder.attention_buckets); what it
-    # gains and costs: packing.ATTENTION_BUCKETS.
-    bucketed_in_inference = False
-
     def build(self, input_shape):
         for layer in (self.query, self.key, self.value, self.output_dense):
             layer.build(input_shape)
@@ -147,30 +143,22 @@ class BertSelfAttention(keras.layers.Layer):
     def _context(self, projected, layout, heads, training, first_only):
         """`heads` heads' attention, from their (query, key, value) projections: (rows, heads *
         head_size), the rows of the keys and values the tokens (packed), those of the queries
-        too, or with `first_only` one a sequence. With `bucketed_in_inference`, inference on a
-        large batch computes it in groups of sequences of similar length
-        (packing.attention_buckets)."""
+        too, or with `first_only` one a sequence. Traced under packing.in_buckets (an export's
+        encoder on a large batch), inference computes it in groups of sequences of similar
+        length (packing.attention_buckets)."""
         query, key, value = projected
         spread = functools.partial(spread_for_attention, layout=layout)
         if first_only:
             return self._attend(query, key, value, spread, layout["input_mask"], heads, training,
                                 first_only=True)  # fmt: skip
-
-        def whole_batch():
-            context = self._attend(query, key, value, spread, layout["input_mask"], heads,
-                                   training)  # fmt: skip
-            return pack(context, layout)
-
-        def in_buckets():  # inference only: a plain gather spreads each bucket
-            buckets, unbucket = packing.attention_buckets(layout["lengths"])
+        if not training and packing.attending_in_buckets():  # a plain gather spreads each bucket
+            buckets, unbucket = packing.buckets_of(layout)
             contexts = [self._attend(query, key, value, functools.partial(tf.gather, indices=slots),
                                      mask, heads, training, in_bucket=True)
                         for slots, mask in buckets]  # fmt: skip
             return tf.gather(tf.concat(contexts, axis=0), unbucket)
-
-        if training or not self.bucketed_in_inference:
-            return whole_batch()
-        return cond(layout["bucketed"], in_buckets, whole_batch)
+        context = self._attend(query, key, value, spread, layout["input_mask"], heads, training)
+        return pack(context, layout)
 
     def _attend(self, query, key, value, spread, input_mask, heads, training, first_only=False,
                 in_bucket=False):

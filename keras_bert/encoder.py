@@ -1,6 +1,9 @@
 """BertEncoder: a functional Keras model with the TF Hub BERT interface."""
 
+import functools
+
 import keras
+import tensorflow as tf
 
 from keras_bert import column_parts, layers, packing
 from keras_bert.config import BertConfig
@@ -171,11 +174,26 @@ class BertEncoder(keras.Model):
                 layer.plain_in_inference = True
 
     def attention_buckets(self):
-        """For exports served with oneDNN off: in inference, a batch of 16 sequences or more
-        attends in buckets of sequences of similar length (packing.attention_buckets). Task
-        models' `export(..., attention_buckets=True)` does this on its copy."""
-        for block in self.transformer_layers:
-            block.attention.bucketed_in_inference = True
+        """For float32 exports: in inference, a batch of at least
+        packing.BUCKETED_ATTENTION_BATCH sequences attends in buckets of sequences of similar
+        length (packing.attention_buckets). The choice is one cond around the whole encoder,
+        paid once a call, not once an attention layer. Task models' `export` does this on its
+        float32 copy."""
+        self._bucketed_batches = True
+
+    _bucketed_batches = False
+
+    def call(self, inputs, training=None, mask=None):
+        whole_batch = functools.partial(super().call, inputs, training=training, mask=mask)
+        if not self._bucketed_batches or training or not tf.is_tensor(inputs["input_mask"]):
+            return whole_batch()
+
+        def in_buckets():
+            with packing.in_buckets():
+                return whole_batch()
+
+        batch = tf.shape(inputs["input_mask"])[0]
+        return tf.cond(batch >= packing.BUCKETED_ATTENTION_BATCH, in_buckets, whole_batch)
 
     @classmethod
     def from_config(cls, config):

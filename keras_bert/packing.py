@@ -9,6 +9,9 @@ dense products, which are most of the work, shrink accordingly; real positions' 
 change.
 """
 
+import contextlib
+import threading
+
 import keras
 import tensorflow as tf
 from keras import ops
@@ -26,9 +29,7 @@ class TokenLayout(keras.layers.Layer):
       slots: (batch * seq,), each position's row among the packed tokens; 0 for padding: any
         row does, since padded keys get no attention and padded queries are dropped;
       first: (batch,), the packed row of each sequence's first token ([CLS]);
-      lengths: (batch,), each sequence's count of real tokens;
-      bucketed: (), bool, whether the batch is large enough to attend in buckets
-        (`attention_buckets`; only where the attention layers are set to).
+      lengths: (batch,), each sequence's count of real tokens.
     Position 0 of every row counts as real even under a 0 mask (the pooler reads it, and a
     batch of all-padding rows then still has a token to gather from).
 
@@ -52,8 +53,7 @@ class TokenLayout(keras.layers.Layer):
         slots = tf.where(flat, tf.cumsum(tf.cast(flat, tf.int32)) - 1, 0)
         first = tf.reshape(slots, tf.shape(input_mask))[:, 0]
         return {"input_mask": input_mask, "tokens": tokens, "slots": slots, "first": first,
-                "lengths": tf.reduce_sum(tf.cast(real, tf.int32), axis=1),
-                "bucketed": tf.shape(input_mask)[0] >= BUCKETED_ATTENTION_BATCH}  # fmt: skip
+                "lengths": tf.reduce_sum(tf.cast(real, tf.int32), axis=1)}
 
     def compute_output_spec(self, input_mask):
         # New tensors each (the functional graph tells tensors apart by identity).
@@ -61,20 +61,47 @@ class TokenLayout(keras.layers.Layer):
                 "tokens": keras.KerasTensor((None,), dtype="int32"),
                 "slots": keras.KerasTensor((None,), dtype="int32"),
                 "first": keras.KerasTensor((input_mask.shape[0],), dtype="int32"),
-                "lengths": keras.KerasTensor((input_mask.shape[0],), dtype="int32"),
-                "bucketed": keras.KerasTensor((), dtype="bool")}  # fmt: skip
+                "lengths": keras.KerasTensor((input_mask.shape[0],), dtype="int32")}  # fmt: skip
 
 
-# With BertSelfAttention.bucketed_in_inference, inference on a batch of at least
-# BUCKETED_ATTENTION_BATCH sequences computes attention in ATTENTION_BUCKETS groups of sequences
-# of similar length, each padded to its own longest, not to the batch's: on SST-2 dev batches of
-# 32, 0.70 of the scores computed are real ones, not 0.32. The quick start's float32 export, AMD
-# EPYC with AVX2, oneDNN off: batch 32 1.06x to 1.15x, batch 16 1.02x to 1.07x, batch 1 0.94x to
-# 0.98x (the cond each attention then runs; the buckets are laid out inside it, so a small batch
-# does not compute them); oneDNN on: batch 32 0.98x to 1.01x, batch 1 0.93x to 0.95x
-# (benchmarks/RESULTS.md). So it is an export's choice, for servers without oneDNN.
+# An encoder set to (BertEncoder.attention_buckets; float32 exports are) computes attention, in
+# inference on a batch of at least BUCKETED_ATTENTION_BATCH sequences, in ATTENTION_BUCKETS groups
+# of sequences of similar length, each padded to its own longest, not to the batch's: on SST-2
+# dev batches of 32, 0.70 of the scores computed are real ones, not 0.32. The encoder traces its
+# graph twice, once under `in_buckets`, and picks one by the batch size in a single cond. The
+# quick start's float32 export against the same without buckets, AMD EPYC with AVX2: oneDNN off
+# (TensorFlow's default there), batch 32 1.08x to 1.12x, batch 1 0.98x to 1.00x; oneDNN on,
+# batch 32 1.01x to 1.03x, batch 1 0.97x to 0.98x: a single sentence pays for the other branch's
+# nodes, dead in the lowered cond (benchmarks/RESULTS.md).
 ATTENTION_BUCKETS = 4
 BUCKETED_ATTENTION_BATCH = 16
+
+# The buckets of the graph being traced under `in_buckets` (None outside it), by lengths tensor.
+_tracing = threading.local()
+
+
+@contextlib.contextmanager
+def in_buckets():
+    """While a graph is traced under it, attention in inference computes in buckets; the
+    buckets of a batch are laid out once, for all the layers."""
+    outer = getattr(_tracing, "buckets", None)
+    _tracing.buckets = {}
+    try:
+        yield
+    finally:
+        _tracing.buckets = outer
+
+
+def attending_in_buckets():
+    return getattr(_tracing, "buckets", None) is not None
+
+
+def buckets_of(layout):
+    """attention_buckets of the layout's lengths, made once a trace under `in_buckets`."""
+    key = layout["lengths"].ref()
+    if key not in _tracing.buckets:
+        _tracing.buckets[key] = attention_buckets(layout["lengths"])
+    return _tracing.buckets[key]
 
 
 def attention_buckets(lengths):

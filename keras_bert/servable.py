@@ -85,7 +85,7 @@ class ServableModel(keras.Model):
             object.__setattr__(self, "compiled", True)
 
     def export(self, filepath, version=None, precision="float32", column_parts=None, *,
-               attention_buckets=False, allow_untrained_head=False, **kwargs):
+               attention_buckets=None, allow_untrained_head=False, **kwargs):
         """Writes a TF Serving SavedModel to `<filepath>/<version>/` (default: one more than the
         newest there) and returns its path: strings-in `serving_default`, `serve_token_ids`,
         inference weights only, warmup requests, every op checked against what TF Serving
@@ -118,11 +118,13 @@ class ServableModel(keras.Model):
         sentences with oneDNN off, 0.98x to 0.99x with it on (benchmarks/RESULTS.md). Exports
         in 16 bits keep the fused form, which oneDNN runs, as their CPUs' fast products need.
 
-        `attention_buckets=True`: a batch of 16 sequences or more attends in buckets of
-        sequences of similar length (`BertEncoder.attention_buckets`), for a server whose
-        TensorFlow runs with oneDNN off. Measured with the quick start's float32 export there:
-        batches of 32 SST-2 dev sentences 1.06x to 1.15x as fast, single sentences 0.94x to
-        0.98x; with oneDNN on, 0.98x to 1.01x and 0.93x to 0.95x (benchmarks/RESULTS.md).
+        `attention_buckets`: whether a batch of 16 sequences or more attends in buckets of
+        sequences of similar length (`BertEncoder.attention_buckets`); by default float32
+        exports do. Measured with the quick start's float32 export against the same without:
+        batches of 32 SST-2 dev sentences 1.08x to 1.12x as fast with oneDNN off (TensorFlow's
+        default on a CPU with AVX2 alone), 1.01x to 1.03x with it on; single sentences 0.97x
+        to 1.00x (benchmarks/RESULTS.md). 16-bit exports, for CPUs with AMX, were not
+        measured with buckets here, so they go without unless asked.
 
         A head never trained (`head_is_untrained`) is refused, unless `allow_untrained_head`
         (an export to time or to test a server with, whose answers mean nothing)."""
@@ -143,7 +145,7 @@ class ServableModel(keras.Model):
             inference.encoder.split_columns(column_parts)
         if precision == "float32":
             inference.encoder.plain_layer_norms()
-        if attention_buckets:
+        if precision == "float32" if attention_buckets is None else attention_buckets:
             inference.encoder.attention_buckets()
         return serving.export(inference, filepath, version)
 

@@ -111,18 +111,15 @@ def test_attention_buckets_group_sequences_of_similar_length():
     assert unbucket.numpy().tolist() == [0, 1]
 
 
-def test_large_batches_attend_in_buckets_to_the_same_numbers(attention_kernels, monkeypatch):
+def test_attention_in_buckets_computes_the_same_numbers(attention_kernels):
     layer = attention_layer()
-    layer.bucketed_in_inference = True  # as BertEncoder.attention_buckets sets it for an export
     rng = np.random.default_rng(2)
     lengths = rng.integers(1, 11, size=packing.BUCKETED_ATTENTION_BATCH + 3)
     mask = (np.arange(10)[None] < lengths[:, None]).astype("int32")
     mask[3] = [1, 0, 1, 1, 0, 1, 0, 0, 1, 0]  # real positions need not come first
     x = rng.normal(size=(*mask.shape, 12)).astype("float32")
-    assert packing.TokenLayout()(tf.constant(mask))["bucketed"]
-    bucketed = on_tokens(layer, x, mask).numpy()
-    monkeypatch.setattr(packing, "BUCKETED_ATTENTION_BATCH", 10**6)
-    assert not packing.TokenLayout()(tf.constant(mask))["bucketed"]
+    with packing.in_buckets():  # as an export's encoder traces its large batches
+        bucketed = on_tokens(layer, x, mask).numpy()
     np.testing.assert_allclose(bucketed, on_tokens(layer, x, mask).numpy(), atol=1e-6)
     np.testing.assert_array_equal(bucketed[mask == 0], 0.0)
 
