@@ -14,9 +14,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_forked
+from conftest import ROOT, run_forked
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BAD = os.path.join(ROOT, "tests", "data", "bad")
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.peer_results import compare
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT
 
 
 def rate(side, per_s):

@@ -15,9 +15,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import DATA, run_binary
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import DATA, ROOT, run_binary
 
 
 def glue_command(checkpoint, output_dir, *extra):

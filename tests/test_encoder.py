@@ -11,9 +11,7 @@ from keras_bert import BertConfig, BertEncoder, packing
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.serving import graph_def_nodes
 
-from conftest import TINY, random_inputs
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, TINY, random_inputs
 
 
 def test_outputs_follow_the_tf_hub_interface(tiny_encoder):

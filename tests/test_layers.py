@@ -12,9 +12,7 @@ import tensorflow as tf
 
 from keras_bert import BertEncoder, attention, layers, packing
 
-from conftest import on_tokens, random_inputs
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, on_tokens, random_inputs
 
 
 # Which ops the optimised graph of a 3-block encoder ran, as JSON (null: TensorFlow has no oneDNN).

@@ -15,10 +15,9 @@ from keras_bert import BertTokenizer, checkpoints
 from keras_bert.vocabulary import SPECIAL_TOKENS
 from tasks import pretrain, pretraining_text
 
-from conftest import DATA, run_binary
+from conftest import DATA, ROOT, run_binary
 from test_distribute import free_ports
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = {"vocab_size": 30522, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
           "intermediate_size": 128, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
           "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 64,

@@ -6,9 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_forked
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, run_forked
 
 
 def readme_commands():

@@ -10,11 +10,10 @@ import sys
 
 import pytest
 from absl import app
-from conftest import DATA, run_binary
+from conftest import DATA, ROOT, run_binary
 
 from tasks import runs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = {"task": "sst-2", "learning_rate": 5e-05, "max_seq_length": 32}
 
 
