@@ -48,9 +48,9 @@ flags.DEFINE_integer("column_parts", None, "The export's encoder blocks compute 
                      "heads and sizes split in two, else 1; 1 keeps each product whole.")
 flags.DEFINE_bool("attention_buckets", None, "Whether a batch of 16 sequences or more attends in "
                   "4 buckets of sequences of similar length, each padded to its own longest. "
-                  "Default: in float32 exports, where batches of 32 serve 1.08x to 1.12x as "
+                  "Default: in float32 exports, where batches of 32 serve 1.08x to 1.10x as "
                   "fast with oneDNN off (TensorFlow's default on a CPU with AVX2 alone) and 1.01x "
-                  "to 1.03x with it on, single sentences 0.97x to 1.00x (README, Speed); not in "
+                  "to 1.04x with it on, single sentences 0.97x to 1.00x (README, Speed); not in "
                   "16-bit exports. --noattention_buckets: never.")
 
 def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, max_windows=None,

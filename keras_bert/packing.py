@@ -70,8 +70,8 @@ class TokenLayout(keras.layers.Layer):
 # dev batches of 32, 0.70 of the scores computed are real ones, not 0.32. The encoder traces its
 # graph twice, once under `in_buckets`, and picks one by the batch size in a single cond. The
 # quick start's float32 export against the same without buckets, AMD EPYC with AVX2: oneDNN off
-# (TensorFlow's default there), batch 32 1.08x to 1.12x, batch 1 0.98x to 1.00x; oneDNN on,
-# batch 32 1.01x to 1.03x, batch 1 0.97x to 0.98x: a single sentence pays for the other branch's
+# (TensorFlow's default there), batch 32 1.08x to 1.10x, batch 1 0.98x to 1.00x; oneDNN on,
+# batch 32 1.01x to 1.04x, batch 1 0.97x to 0.99x: a single sentence pays for the other branch's
 # nodes, dead in the lowered cond (benchmarks/RESULTS.md).
 ATTENTION_BUCKETS = 4
 BUCKETED_ATTENTION_BATCH = 16

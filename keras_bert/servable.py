@@ -121,8 +121,8 @@ class ServableModel(keras.Model):
         `attention_buckets`: whether a batch of 16 sequences or more attends in buckets of
         sequences of similar length (`BertEncoder.attention_buckets`); by default float32
         exports do. Measured with the quick start's float32 export against the same without:
-        batches of 32 SST-2 dev sentences 1.08x to 1.12x as fast with oneDNN off (TensorFlow's
-        default on a CPU with AVX2 alone), 1.01x to 1.03x with it on; single sentences 0.97x
+        batches of 32 SST-2 dev sentences 1.08x to 1.10x as fast with oneDNN off (TensorFlow's
+        default on a CPU with AVX2 alone), 1.01x to 1.04x with it on; single sentences 0.97x
         to 1.00x (benchmarks/RESULTS.md). 16-bit exports, for CPUs with AMX, were not
         measured with buckets here, so they go without unless asked.
 
