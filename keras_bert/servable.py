@@ -145,7 +145,9 @@ class ServableModel(keras.Model):
             inference.encoder.split_columns(column_parts)
         if precision == "float32":
             inference.encoder.plain_layer_norms()
-        if precision == "float32" if attention_buckets is None else attention_buckets:
+        if attention_buckets is None:
+            attention_buckets = precision == "float32"
+        if attention_buckets:
             inference.encoder.attention_buckets()
         return serving.export(inference, filepath, version)
 
