@@ -14,9 +14,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, run_forked
+from conftest import DATA, ROOT, run_forked
 
-BAD = os.path.join(ROOT, "tests", "data", "bad")
+BAD = os.path.join(DATA, "bad")
 
 
 def read_cases():

@@ -27,20 +27,19 @@ def epochs(run_dir):
         return json.load(f)
 
 
-@pytest.mark.parametrize("module, flags, metric", [
-    ("tasks.squad", ["--train_file=squad/train-v1.1.json", "--predict_file=squad/dev-v1.1.json",
-                     "--max_query_length=16", "--doc_stride=24"], "f1"),
-    ("tasks.ner", ["--train_file=conll/eng.train", "--dev_file=conll/valid.txt",
-                   "--max_eval_examples=20"], "f1"),
-    ("tasks.swag", ["--train_file=swag_sample.jsonl", "--dev_file=swag_sample.jsonl"],
+@pytest.mark.parametrize("module, files, flags, metric", [
+    ("tasks.squad", {"train_file": "squad/train-v1.1.json", "predict_file": "squad/dev-v1.1.json"},
+     ["--max_query_length=16", "--doc_stride=24"], "f1"),
+    ("tasks.ner", {"train_file": "conll/eng.train", "dev_file": "conll/valid.txt"},
+     ["--max_eval_examples=20"], "f1"),
+    ("tasks.swag", {"train_file": "swag_sample.jsonl", "dev_file": "swag_sample.jsonl"}, [],
      "accuracy"),
 ])  # fmt: skip
-def test_a_task_binary_trains_scores_and_exports_in_a_fresh_process(module, flags, metric,
-                                                                    tiny_checkpoint, tmp_path):  # fmt: skip
+def test_a_task_binary_trains_scores_and_exports_in_a_fresh_process(
+        module, files, flags, metric, tiny_checkpoint, tmp_path):  # fmt: skip
     run_dir = str(tmp_path / "run")
-    files = [flag.replace("=", f"={DATA}{os.sep}", 1) if flag.endswith((".json", ".jsonl", ".txt",
-             ".train")) else flag for flag in flags]  # fmt: skip
-    run_fresh(["-m", module, *files, *SMALL, f"--output_dir={run_dir}",
+    files = [f"--{flag}={os.path.join(DATA, name)}" for flag, name in files.items()]
+    run_fresh(["-m", module, *files, *flags, *SMALL, f"--output_dir={run_dir}",
                f"--init_checkpoint={tiny_checkpoint}"])  # fmt: skip
     [epoch] = epochs(run_dir)
     assert epoch["epoch"] == 1 and 0 <= epoch["dev"][metric] <= 100, epoch
