@@ -11,6 +11,9 @@ parts an export computes side by side), each with its weights in constants (as t
 bench has them) and in variables (as a Keras model has them). One process, each form run once before
 the clock starts, the forms in alternating order round after round; medians, tokens/s, GFLOP/s
 (`product_flops`), and each form's speed against the independent products from constants.
+`--classifier` computes the in-order forms as a served classifier's export does (fewer products
+in its last block): with `--batch_size=1 --column_parts=2 --intra_op_threads=1`, the bound the
+products alone set on an export serving single sentences (`sequences_per_s`).
 """
 
 import json
@@ -23,7 +26,8 @@ import benchmarks
 from benchmarks import define_forms_flags, define_shape_flags, time_forms
 
 
-def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False, column_parts=1):
+def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False, column_parts=1,
+                   classifier=False):
     """The forward pass's matrix products alone, bare, in `dtype`: what the hardware allows.
 
     Every layer has weights of its own, as the encoder has (identical products would be
@@ -38,13 +42,18 @@ def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False, c
     own columns of the first weight; then, in float32, the output and down products as the sum
     of each part's product with its own rows of the weight, and in bfloat16 the parts joined
     (a concat) and each of those products cut in column blocks again, joined once more. The
-    same products, cut in parts. The weights are constants, or with `variables` variables.
+    same products, cut in parts. In order, `classifier` computes the products as a served
+    classifier's export does (`pooled_output_only`): each part's query, key and value in one
+    product, and in the last block each sequence's first token alone after that product (its
+    scores, context, output and feed-forward), as `product_flops(..., classifier=True)`
+    counts. The weights are constants, or with `variables` variables.
     Timing only: the values mean nothing."""
     rng = np.random.default_rng(0)
     if in_order:
-        return _products_in_order(config, batch, seq, dtype, rng, variables, column_parts)
-    if column_parts != 1:
-        raise ValueError("column_parts: in order only")
+        return _products_in_order(config, batch, seq, dtype, rng, variables, column_parts,
+                                  classifier)  # fmt: skip
+    if column_parts != 1 or classifier:
+        raise ValueError("column_parts, classifier: in order only")
     tokens, hidden, inner = batch * seq, config.hidden_size, config.intermediate_size
     heads = config.num_attention_heads
 
@@ -75,14 +84,21 @@ def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False, c
     return run
 
 
-def product_flops(config, batch, seq):
+def product_flops(config, batch, seq, classifier=False):
     """Floating-point operations of the products `matmul_ceiling` runs, 2 a multiply-add: each
     block's query, key, value, output, up and down products on `batch * seq` tokens, and its
-    scores and context products over `seq` tokens a sequence."""
-    tokens, hidden, inner = batch * seq, config.hidden_size, config.intermediate_size
-    dense = 2 * tokens * (4 * hidden * hidden + 2 * hidden * inner)
-    attention = 2 * 2 * batch * seq * seq * hidden  # over all heads together
-    return config.num_hidden_layers * (dense + attention)
+    scores and context products over `seq` tokens a sequence. With `classifier`, the last
+    block's scores, context, output, up and down products for one token a sequence."""
+    hidden, inner = config.hidden_size, config.intermediate_size
+
+    def block(queries):  # queries: rows a sequence after the query, key and value product
+        projections = 2 * batch * seq * 3 * hidden * hidden
+        attention = 2 * 2 * batch * queries * seq * hidden  # over all heads together
+        rest = 2 * batch * queries * (hidden * hidden + 2 * hidden * inner)
+        return projections + attention + rest
+
+    last = block(1 if classifier else seq)
+    return (config.num_hidden_layers - 1) * block(seq) + last
 
 
 # --model: the widths of the encoders this project measures (the blocks: --layers).
@@ -97,8 +113,8 @@ def _as_variable(tensor, variables):
     return tf.Variable(tensor, trainable=False) if variables else tensor
 
 
-def _products_in_order(config, batch, seq, dtype, rng, variables, parts):
-    """matmul_ceiling(..., in_order=True, column_parts=parts)."""
+def _products_in_order(config, batch, seq, dtype, rng, variables, parts, classifier):
+    """matmul_ceiling(..., in_order=True, column_parts=parts, classifier=classifier)."""
     from keras_bert.column_parts import check_column_parts
 
     tokens, hidden, inner = batch * seq, config.hidden_size, config.intermediate_size
@@ -111,8 +127,8 @@ def _products_in_order(config, batch, seq, dtype, rng, variables, parts):
         full = _random(rng, (rows, columns), gain / np.sqrt(rows), dtype)
         return [_as_variable(block, variables) for block in tf.split(full, parts, axis)]
 
-    def as_heads(t):  # [tokens, a part's width] as [batch * its heads, seq, head size]; no copy
-        return tf.reshape(t, [batch * heads // parts, seq, head_size])
+    def as_heads(t, length=seq):  # [rows, a part's width] as [batch * its heads, length, head
+        return tf.reshape(t, [batch * heads // parts, length, head_size])  # size]; no copy
 
     # A sublayer's second product (output, down) from its first's column blocks: in float32,
     # each block times its own rows of the weight, summed; in 16 bits, where each partial
@@ -129,28 +145,49 @@ def _products_in_order(config, batch, seq, dtype, rng, variables, parts):
 
     x = _random(rng, (tokens, hidden), 1.0, dtype)
     context_gain = np.sqrt(head_size * seq)  # of scores (no softmax) by values
-    layers = [{"query": weight(hidden, hidden), "key": weight(hidden, hidden),
-               "value": weight(hidden, hidden),
-               "output": weight(hidden, hidden, 1 / context_gain, axis=0 if row_parts else 1),
-               "up": weight(hidden, inner),
-               "down": weight(inner, hidden, axis=0 if row_parts else 1)}
-              for _ in range(config.num_hidden_layers)]  # fmt: skip
+
+    def block_weights():
+        if classifier:  # each part's query, key and value columns side by side, as an export's
+            w = {"query_key_value": weight(hidden, 3 * hidden, 0.5)}
+        else:
+            w = {name: weight(hidden, hidden) for name in ("query", "key", "value")}
+        return {**w, "output": weight(hidden, hidden, 1 / context_gain, axis=0 if row_parts else 1),
+                "up": weight(hidden, inner),
+                "down": weight(inner, hidden, axis=0 if row_parts else 1)}  # fmt: skip
+
+    layers = [block_weights() for _ in range(config.num_hidden_layers)]
+    first_rows = tf.range(0, batch * seq, seq)  # each sequence's first token
+
+    def projections(last, w):
+        """Each part's (query, key, value), the query from `last`, the block before's output.
+        In one product, all three come from it: the attention's products then cube it, block
+        after block, and the weights' gain of 1/2 shrinks it to zeros (TensorFlow flushes
+        subnormals) instead of growing it to inf; the products take as long either way."""
+        if classifier:
+            return [tf.split(tf.matmul(last, part), 3, axis=1) for part in w["query_key_value"]]
+        parts_qkv = []
+        for query_w, key_w, value_w in zip(w["query"], w["key"], w["value"]):
+            with tf.control_dependencies([last]):
+                key, value = tf.matmul(x, key_w), tf.matmul(x, value_w)
+            parts_qkv.append((tf.matmul(last, query_w), key, value))
+        return parts_qkv
 
     @tf.function
     def run():
-        # The query is fed the block before's output; the key and value, made from the fixed
-        # `x`, wait for it. Fed it too, the attention's products would cube it, block after
-        # block, to inf; and a block whose output only a control edge needed would be pruned.
+        # Outside `classifier` the query is fed the block before's output; the key and value,
+        # made from the fixed `x`, wait for it. Fed it too, the attention's products would cube
+        # it, block after block, to inf (projections); and a block whose output only a control
+        # edge needed would be pruned.
         last = x
-        for w in layers:
-            contexts = []
-            for query_w, key_w, value_w in zip(w["query"], w["key"], w["value"]):
-                query = tf.matmul(last, query_w)
-                with tf.control_dependencies([last]):
-                    key, value = tf.matmul(x, key_w), tf.matmul(x, value_w)
-                scores = tf.matmul(as_heads(query), as_heads(key), transpose_b=True)
+        for i, w in enumerate(layers):
+            first_only = classifier and i == len(layers) - 1
+            contexts, queries = [], 1 if first_only else seq
+            for query, key, value in projections(last, w):
+                if first_only:
+                    query = tf.gather(query, first_rows)
+                scores = tf.matmul(as_heads(query, queries), as_heads(key), transpose_b=True)
                 context = tf.matmul(scores, as_heads(value))
-                contexts.append(tf.reshape(context, [tokens, hidden // parts]))
+                contexts.append(tf.reshape(context, [batch * queries, hidden // parts]))
             attended = second(contexts, w["output"])
             last = second([tf.matmul(attended, up) for up in w["up"]], w["down"])
         return tf.reshape(last, [-1])[0]
@@ -176,20 +213,27 @@ def main(argv):
         orders["in_column_parts"] = (True, FLAGS.column_parts)
     forms = {f"{order}/{weights}": matmul_ceiling(
                  config, FLAGS.batch_size, FLAGS.seq_length, tf.as_dtype(FLAGS.precision),
-                 in_order=in_order, variables=weights == "variables", column_parts=parts)
+                 in_order=in_order, variables=weights == "variables", column_parts=parts,
+                 classifier=in_order and FLAGS.classifier)
              for order, (in_order, parts) in orders.items()
              for weights in ("constants", "variables")}  # fmt: skip
     tokens = FLAGS.batch_size * FLAGS.seq_length
     per_s = {form: tokens / seconds for form, seconds in time_forms(forms).items()}
     base = per_s["independent/constants"]
     gflop = product_flops(config, FLAGS.batch_size, FLAGS.seq_length) / 1e9
+    ordered_gflop = product_flops(config, FLAGS.batch_size, FLAGS.seq_length,
+                                  FLAGS.classifier) / 1e9  # fmt: skip
     report = {"model": FLAGS.model, "precision": FLAGS.precision,
               "batch_size": FLAGS.batch_size, "seq_length": FLAGS.seq_length,
               "layers": FLAGS.layers, "column_parts": FLAGS.column_parts,
               "intra_op_threads": FLAGS.intra_op_threads, "rounds": FLAGS.rounds,
-              "gflop_per_call": round(gflop, 3),
+              "classifier": FLAGS.classifier, "gflop_per_call": round(gflop, 3),
+              "gflop_per_call_in_order": round(ordered_gflop, 3),
               "tokens_per_s": {form: round(rate, 1) for form, rate in per_s.items()},
-              "gflop_per_s": {form: round(gflop * rate / tokens, 1)
+              "sequences_per_s": {form: round(rate / FLAGS.seq_length, 1)
+                                  for form, rate in per_s.items()},
+              "gflop_per_s": {form: round((gflop if form.startswith("independent")
+                                           else ordered_gflop) * rate / tokens, 1)
                               for form, rate in per_s.items()},
               "of_independent_constants": {form: round(rate / base, 3)
                                            for form, rate in per_s.items()}}  # fmt: skip
@@ -204,6 +248,11 @@ if __name__ == "__main__":
                          "(form in_column_parts; exports/export.py --column_parts).")
     flags.DEFINE_integer("intra_op_threads", 0, "Threads each product runs on (0: TensorFlow's "
                          "choice, one a core). A batch-1 export serves fastest on 1.")
+    flags.DEFINE_bool("classifier", False, "Compute the in-order forms as a served classifier's "
+                      "export does: each column part's query, key and value in one product, and "
+                      "the last block past it for each sequence's first token alone. With "
+                      "--column_parts=2 --intra_op_threads=1: what the products alone allow an "
+                      "export serving sentences of --seq_length tokens.")
     define_shape_flags()
     define_forms_flags()
     flags.adopt_module_key_flags(benchmarks)  # so that --help lists them

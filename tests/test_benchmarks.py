@@ -281,32 +281,40 @@ def test_the_ceiling_runs_every_product_of_every_block(tmp_path):
 
     config = BertConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                         intermediate_size=64)  # fmt: skip
-    for in_order, variables, parts, dtype in ((False, False, 1, tf.float32),
-                                              (True, False, 1, tf.float32),
-                                              (True, True, 1, tf.float32),
-                                              (True, True, 2, tf.float32),
-                                              (True, True, 2, tf.bfloat16)):  # fmt: skip
+    for in_order, variables, parts, dtype, classifier in (
+            (False, False, 1, tf.float32, False), (True, False, 1, tf.float32, False),
+            (True, True, 1, tf.float32, False), (True, True, 2, tf.float32, False),
+            (True, True, 2, tf.bfloat16, False), (True, True, 2, tf.float32, True),
+            (True, False, 1, tf.float32, True)):  # fmt: skip
         run = matmul_ceiling(config, batch=2, seq=8, dtype=dtype, in_order=in_order,
-                             variables=variables, column_parts=parts)  # fmt: skip
+                             variables=variables, column_parts=parts, classifier=classifier)
         run().numpy()
-        logdir = str(tmp_path / f"{in_order}-{variables}-{parts}-{dtype.name}")
+        logdir = str(tmp_path / f"{in_order}-{variables}-{parts}-{dtype.name}-{classifier}")
         tf.profiler.experimental.start(logdir)
         run().numpy()
         tf.profiler.experimental.stop()
         ops = [op for _, op in op_times(logdir, 1)]
-        # query, key, value, scores, context, output, up and down, a block, in each part.
-        # In parts, the output and down products are summed from row parts in float32 (two
-        # AddN a block), and in bfloat16 joined before and after (four concats a block). The
-        # independent products' one AddN keeps them all alive.
-        form = (in_order, variables, parts, dtype.name, sorted(ops))
+        # query, key, value, scores, context, output, up and down, a block, in each part (a
+        # classifier's export: query, key and value in one product). In parts, the output and
+        # down products are summed from row parts in float32 (two AddN a block), and in
+        # bfloat16 joined before and after (four concats a block). The independent products'
+        # one AddN keeps them all alive.
+        form = (in_order, variables, parts, dtype.name, classifier, sorted(ops))
         split = parts > 1
-        assert sum("MatMul" in op for op in ops) == 8 * 3 * parts, form
+        assert sum("MatMul" in op for op in ops) == (6 if classifier else 8) * 3 * parts, form
         assert sum(op == "AddN" for op in ops) == (
             2 * 3 if split and dtype == tf.float32 else not in_order), form
         assert sum(op == "ConcatV2" for op in ops) == (
             4 * 3 if split and dtype == tf.bfloat16 else 0), form
         # The report's GFLOP/s counts exactly these products' work: parts cut, add nothing.
-        assert _graph_product_flops(run) == product_flops(config, 2, 8), form
+        # A classifier's last block computes 1 of its 8 tokens past the projections.
+        assert _graph_product_flops(run) == product_flops(config, 2, 8, classifier), form
+    full, pooled = product_flops(config, 2, 8), product_flops(config, 2, 8, classifier=True)
+    # A query row of the last block: scores and context over 8 keys; output, up and down.
+    per_query_row = 2 * 2 * 2 * 8 * 32 + 2 * 2 * (32 * 32 + 2 * 32 * 64)  # both sequences
+    assert full - pooled == 7 * per_query_row
+    with pytest.raises(ValueError, match="in order only"):
+        matmul_ceiling(config, batch=2, seq=8, dtype=tf.float32, classifier=True)
 
 
 def _graph_product_flops(function):
@@ -342,6 +350,21 @@ def test_the_ceiling_bench_times_each_form():
     for form, rate in report["tokens_per_s"].items():
         assert math.isclose(report["gflop_per_s"][form], product_flops(minilm, 1, 8) / 1e9 *
                             rate / 8, rel_tol=1e-3, abs_tol=0.1)  # fmt: skip
+        assert math.isclose(report["sequences_per_s"][form], rate / 8, rel_tol=1e-3, abs_tol=0.1)
+    assert not report["classifier"]
+
+    # As a served classifier's export computes them: the last block past its query, key and
+    # value product for the first token alone, 2 x 8 x 3 x 384^2 + 4 x 8 x 384 + 2 x (384^2 +
+    # 2 x 384 x 1536) in all.
+    report = bench_report("ceiling", "--model=minilm", "--layers=1", "--batch_size=1",
+                          "--seq_length=8", "--rounds=1", "--steps=1", "--column_parts=2",
+                          "--intra_op_threads=1", "--classifier")  # fmt: skip
+    pooled = product_flops(minilm, 1, 8, classifier=True) / 1e9
+    assert report["classifier"] and report["gflop_per_call_in_order"] == round(pooled, 3) == 0.01
+    for form, rate in report["tokens_per_s"].items():
+        work = product_flops(minilm, 1, 8) / 1e9 if form.startswith("independent") else pooled
+        assert math.isclose(report["gflop_per_s"][form], work * rate / 8, rel_tol=1e-3,
+                            abs_tol=0.1), form  # fmt: skip
 
 
 def test_the_dense_forms_bench_times_each_form_of_each_product():
