@@ -69,16 +69,22 @@ def attention_bias(input_mask, dtype):
 
 
 def _projected_parts(parts, tokens, first):
-    """Each column part's (query, key, value) projections of `tokens` (ColumnParts of
-    BertSelfAttention._split): the queries of the rows `first` alone, where it is not None."""
+    """Each column part's query, key and value projections of `tokens` (ColumnParts of
+    BertSelfAttention._split), as BertSelfAttention._attend takes them: side by side as one
+    product computed them (query, key and value; or with `first`, the queries of the rows
+    `first` alone, then key and value)."""
     if "query_key_value" in parts:  # the parts' one product each
         for part in parts["query_key_value"]:
-            query, key, value = part(tokens)
-            yield (query if first is None else tf.gather(query, first)), key, value
+            projected = part(tokens, split=False)
+            if first is None:
+                yield (projected,)
+            else:
+                query, key_value = tf.split(projected, [-1, 2 * projected.shape[-1] // 3], -1)
+                yield tf.gather(query, first), key_value
         return
     queries = tokens if first is None else tf.gather(tokens, first)
     for query_part, key_value_part in zip(parts["query"], parts["key_value"]):
-        yield (query_part(queries), *key_value_part(tokens))
+        yield query_part(queries), key_value_part(tokens, split=False)
 
 
 @_SERIALIZABLE
@@ -118,9 +124,14 @@ class BertSelfAttention(keras.layers.Layer):
             layer.build(input_shape)
 
     def _split_heads(self, x, batch, length, heads):
-        """(batch * length, heads * head_size) -> (batch, heads, length, head_size)."""
-        x = ops.reshape(x, (batch, length, heads, self.head_size))
-        return swap_heads_and_positions(x)
+        """(batch * length, count * heads * head_size) -> `count` tensors (batch, heads, length,
+        head_size): x holds `count` of the query, key and value side by side, each split in
+        one reshape and one transpose for all (a served sentence's attention is many small
+        ops, and each costs about as much as its work)."""
+        count = x.shape[-1] // (heads * self.head_size)
+        x = ops.reshape(x, (batch, length, count * heads, self.head_size))
+        x = swap_heads_and_positions(x)
+        return tf.split(x, count, axis=1) if count > 1 else [x]
 
     def call(self, tokens, layout, training=None, first_only=False):
         # The projections see rank 2 (tokens, hidden): oneDNN fuses a rank-2 product with its
@@ -141,39 +152,44 @@ class BertSelfAttention(keras.layers.Layer):
         return parts.join("output_dense", contexts)
 
     def _context(self, projected, layout, heads, training, first_only):
-        """`heads` heads' attention, from their (query, key, value) projections: (rows, heads *
-        head_size), the rows of the keys and values the tokens (packed), those of the queries
-        too, or with `first_only` one a sequence. Traced under packing.in_buckets (an export's
-        encoder on a large batch), inference computes it in groups of sequences of similar
-        length (packing.attention_buckets)."""
-        query, key, value = projected
+        """`heads` heads' attention, from their query, key and value projections (`projected`,
+        as _attend takes them): (rows, heads * head_size), the rows of the keys and values the
+        tokens (packed), those of the queries too, or with `first_only` one a sequence. Traced
+        under packing.in_buckets (an export's encoder on a large batch), inference computes it
+        in groups of sequences of similar length (packing.attention_buckets)."""
         spread = functools.partial(spread_for_attention, layout=layout)
         if first_only:
-            return self._attend(query, key, value, spread, layout["input_mask"], heads, training,
+            return self._attend(projected, spread, layout["input_mask"], heads, training,
                                 first_only=True)  # fmt: skip
         if not training and packing.attending_in_buckets():  # a plain gather spreads each bucket
             buckets, unbucket = packing.buckets_of(layout)
-            contexts = [self._attend(query, key, value, functools.partial(tf.gather, indices=slots),
+            contexts = [self._attend(projected, functools.partial(tf.gather, indices=slots),
                                      mask, heads, training, in_bucket=True)
                         for slots, mask in buckets]  # fmt: skip
             return tf.gather(tf.concat(contexts, axis=0), unbucket)
-        context = self._attend(query, key, value, spread, layout["input_mask"], heads, training)
+        context = self._attend(projected, spread, layout["input_mask"], heads, training)
         return pack(context, layout)
 
-    def _attend(self, query, key, value, spread, input_mask, heads, training, first_only=False,
+    def _attend(self, projected, spread, input_mask, heads, training, first_only=False,
                 in_bucket=False):
         """Attention over the sequences that `spread` lays the packed rows out in, (rows, width)
         -> (batch * seq, width), with `input_mask` (batch, seq): (batch * seq, heads *
-        head_size), each position's context (padded ones' to be dropped); with `first_only`,
-        `query` holds one row a sequence, and so does the result. `in_bucket`: a bucket's
-        attention takes the kernels for large inputs (oneDNN's where it runs) without a cond."""
+        head_size), each position's context (padded ones' to be dropped). `projected`: the
+        query, key and value projections, (rows, heads * head_size) each, in that order, as a
+        tuple of tensors that each hold one or more of them side by side (a column part's one
+        product), spread and split into heads together. With `first_only`, the query is a
+        tensor of its own holding one row a sequence, and so does the result. `in_bucket`: a
+        bucket's attention takes the kernels for large inputs (oneDNN's where it runs) without
+        a cond."""
         batch, seq = ops.shape(input_mask)[0], ops.shape(input_mask)[1]
         queries = 1 if first_only else seq
-        if not first_only:
-            query = spread(query)  # (batch * seq, width)
-        query = self._split_heads(query, batch, queries, heads)  # (batch, heads, queries, size)
-        key = self._split_heads(spread(key), batch, seq, heads)
-        value = self._split_heads(spread(value), batch, seq, heads)
+        split = []  # each (batch, heads, length, size)
+        for i, x in enumerate(projected):
+            if first_only and i == 0:  # the queries, one a sequence, not spread
+                split += self._split_heads(x, batch, queries, heads)
+            else:
+                split += self._split_heads(spread(x), batch, seq, heads)
+        query, key, value = split
         # Only where oneDNN would run them: not on GPUs, and not in float16 (TensorFlow's
         # BatchMatMulV3 has no float16 kernel on CPUs).
         small = (not training and not in_bucket and self.compute_dtype != "float16"

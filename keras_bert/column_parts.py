@@ -25,7 +25,8 @@ class DenseColumns(tf.Module):
     dot product, so the same numbers. `columns(x)` is the output of a single layer; iterating
     gives each block's own function, for callers that keep the blocks apart longer
     (attention's heads), which returns that block of each layer's output (a list, with
-    several layers). The weights are copies, frozen: for serving."""
+    several layers; with `split=False`, the layers' blocks side by side, as computed). The
+    weights are copies, frozen: for serving."""
 
     def __init__(self, denses, count):
         denses = tuple(denses) if isinstance(denses, (tuple, list)) else (denses,)
@@ -50,11 +51,11 @@ class DenseColumns(tf.Module):
     def __iter__(self):
         return iter([functools.partial(self._part, i) for i in range(len(self.kernels))])
 
-    def _part(self, i, x):
+    def _part(self, i, x, split=True):
         # BiasAdd: oneDNN fuses MatMul + BiasAdd (+ GELU) into one kernel.
         y = tf.nn.bias_add(tf.matmul(ops.cast(x, self._dtype), self.kernels[i]), self.biases[i])
         y = self._activation(y)
-        return y if len(self._widths) == 1 else tf.split(y, self._widths, axis=-1)
+        return tf.split(y, self._widths, axis=-1) if split and len(self._widths) > 1 else y
 
     def __call__(self, x):
         if len(self._widths) > 1:

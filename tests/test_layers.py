@@ -231,6 +231,12 @@ def test_a_pooled_only_encoder_splits_its_last_block_for_the_first_tokens():
                                    for op in graph.get_operations()
                                    if op.type == "MatMul" and "attention" in op.name)  # fmt: skip
     assert products == {"0": 2 + 2, "1": 2 * 2 + 2}  # and each part's output product
+    # And its heads apart in one transpose for what one product computed (the first block's
+    # query, key and value; the last's key and value, and its query), one for the context.
+    swaps = collections.Counter(re.search(r"layer_(\d)", op.name)[1]
+                                for op in graph.get_operations()
+                                if op.type == "Transpose" and "attention" in op.name)  # fmt: skip
+    assert swaps == {"0": 2 * (1 + 1), "1": 2 * (2 + 1)}
 
 
 def test_16_bit_blocks_join_column_blocks_not_sums():
