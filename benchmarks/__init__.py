@@ -30,6 +30,14 @@ def newest_export(task):
     return path
 
 
+def onednn_enabled():
+    """Whether TensorFlow runs oneDNN's kernels in this process (TF_ENABLE_ONEDNN_OPTS, or the
+    CPU's default)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 def tf_serving_module():
     """keras_bert/tf_serving.py, loaded by its path: importing the package would import Keras."""
     import importlib.util

@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 
-from benchmarks import peer_worker, random_token_ids, tf_serving_module
+from benchmarks import onednn_enabled, peer_worker, random_token_ids, tf_serving_module
 from benchmarks.peer_worker import (FINETUNE_STEPS_PER_STEP_FLAG, PRODUCTS_CALLS,
                                      SERVING_SENTENCES, checkpoint_folder,
                                      encoder_products, products_widths, sst2)
@@ -230,14 +230,6 @@ def prepare_serving(opts):
         os.path.join(folder, "hf"))
     kernel, bias = model.head.dense.get_weights()
     np.savez(os.path.join(folder, "head.npz"), kernel=kernel, bias=bias)
-
-
-def onednn_enabled():
-    """Whether TensorFlow runs oneDNN's kernels in this process (TF_ENABLE_ONEDNN_OPTS, or the
-    CPU's default)."""
-    from tensorflow.python.util import _pywrap_util_port
-
-    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def main():

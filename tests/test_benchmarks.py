@@ -434,3 +434,40 @@ def test_the_onednn_kernels_bench_names_each_products_kernel():
         # kernel runs each one as float32 GEMM calls on blocks of it, many a product.
         assert list(ceiling["by_kind"]) == ["gemm_api"], ceiling["by_kind"]
         assert ceiling["by_kind"]["gemm_api"]["calls_per_step"] > 8
+
+
+def test_the_served_products_bench_times_an_export_against_its_products_alone(minilm_dir,
+                                                                               tmp_path):  # fmt: skip
+    import keras
+
+    import keras_bert
+    from keras_bert import checkpoints
+
+    # One block of MiniLM's widths, random: the products alone are those of such a block.
+    keras.utils.set_random_seed(3)
+    encoder = keras_bert.BertEncoder(vocab_size=30522, hidden_size=384, num_hidden_layers=1,
+                                     num_attention_heads=12, intermediate_size=1536,
+                                     max_position_embeddings=128)  # fmt: skip
+    folder = str(tmp_path / "checkpoint")
+    vocab = os.path.join(minilm_dir, "vocab.txt")
+    checkpoints.save_checkpoint(checkpoints.BertCheckpoint(encoder, vocab, True), folder)
+    path = keras_bert.BertClassifier.from_checkpoint(folder).export(
+        str(tmp_path / "m"), allow_untrained_head=True)  # timed, not scored
+    report = bench_report("served_products", f"--export={path}", "--layers=1", "--sentences=3",
+                          "--rounds=2", "--seq_lengths=8,9")  # fmt: skip
+    assert report["sentences"] == 3 and report["column_parts"] == 2
+    rates = report["sentences_per_s"]
+    assert sorted(rates) == ["export", "products_8_tokens", "products_9_tokens"]
+    assert all(rate > 0 for rate in rates.values())
+    for seq in (8, 9):
+        assert math.isclose(report["export_of_products"][f"{seq}_tokens"],
+                            rates["export"] / rates[f"products_{seq}_tokens"], rel_tol=0.01)
+    assert all(len(times) == 2 for times in report["rounds_s"].values())
+    # Products of other widths would bound nothing: a block count or width the export does not
+    # compute is refused, naming the flags.
+    wrong = subprocess.run([sys.executable, "-m", "benchmarks.served_products",
+                            f"--export={path}", "--layers=2"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=600)  # fmt: skip
+    assert wrong.returncode == 1
+    assert "does not compute --layers=2 blocks of --model=minilm's widths" in wrong.stderr
+    assert "it holds 2 feed-forward weights of 384 x 768, not 4" in wrong.stderr

@@ -81,6 +81,7 @@ HELP_FLAGS = [
     ("benchmarks.ceiling", ["--precision", "--seq_length", "--rounds", "--steps"]),
     ("benchmarks.onednn_kernels", ["--precision", "--stored_weights", "--form", "--steps"]),
     ("benchmarks.dense_forms", ["--precision", "--batch_size", "--rounds", "--steps"]),
+    ("benchmarks.served_products", ["--export", "--sentences", "--seq_lengths", "--column_parts"]),
 ]  # fmt: skip
 
 

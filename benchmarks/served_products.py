@@ -1,0 +1,124 @@
+"""A classifier's export serving single sentences, against its matrix products alone: how much of
+a served sentence's time the products take. As a script, JSON:
+
+    python -m benchmarks.served_products [--export=exported/sst-2/1 --sentences=64 --rounds=9]
+
+The export runs as TF Serving runs it (`keras_bert/tf_serving.py`: its graph in a session, one
+thread an op, TF Serving's best setting for single sentences on 2 cores), on the first SST-2 dev
+sentences, one a call. Its products alone run as a served pooled-only classifier computes them
+(`benchmarks.ceiling`'s classifier form: in column parts, weights in variables) in a session of
+their own with the same setting, one sequence of each of `--seq_lengths` tokens a call (the first
+64 SST-2 dev sentences average 24.5 of MiniLM's tokens). One process, the jobs in alternating
+order round after round; medians, sentences/s, and the export's rate over each length's products'.
+
+TensorFlow's oneDNN setting is the environment's, or where it sets none TensorFlow's default for
+the CPU, as in TF Serving: this script imports TensorFlow before keras_bert, which then leaves it.
+"""
+
+import collections
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+from benchmarks import (
+    newest_export,
+    onednn_enabled,
+    peer_worker,
+    tf_serving_module,
+    time_alternating,
+)
+from benchmarks.ceiling import MODELS, matmul_ceiling
+
+
+def products_alone(config, seq, column_parts):
+    """A callable running, in a session of its own with one thread an op, the products a served
+    pooled-only classifier computes for one sequence of `seq` tokens."""
+    graph = tf.Graph()
+    with graph.as_default():
+        output = matmul_ceiling(config, 1, seq, tf.float32, in_order=True, variables=True,
+                                column_parts=column_parts, classifier=True)()  # fmt: skip
+        initialize = tf.compat.v1.global_variables_initializer()
+    options = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1)
+    session = tf.compat.v1.Session(graph=graph, config=options)
+    session.run(initialize)
+    return session.make_callable(output)
+
+
+def check_widths(export, config, column_parts):
+    """A usage error unless the export holds the feed-forward weights of `config`'s blocks in
+    `column_parts` parts: products of other widths would bound nothing."""
+    weights = os.path.join(export, "variables", "variables")
+    shapes = collections.Counter(tuple(shape) for _, shape in tf.train.list_variables(weights))
+    up = (config.hidden_size, config.intermediate_size // column_parts)
+    blocks = config.num_hidden_layers * column_parts
+    if shapes[up] != blocks:
+        raise app.UsageError(
+            f"--export={export} does not compute --layers={config.num_hidden_layers} blocks of "
+            f"--model={flags.FLAGS.model}'s widths in --column_parts={column_parts}: it holds "
+            f"{shapes[up]} feed-forward weights of {up[0]} x {up[1]}, not {blocks}; set the "
+            "three flags to the export's")  # fmt: skip
+
+
+def main(argv):
+    del argv
+    from keras_bert import BertConfig
+    from keras_bert.column_parts import check_column_parts
+
+    FLAGS = flags.FLAGS
+    export = FLAGS.export or newest_export("sst-2")
+    if not tf.saved_model.contains_saved_model(export):
+        raise app.UsageError(f"--export={export} holds no SavedModel (saved_model.pb)")
+    config = BertConfig(num_hidden_layers=FLAGS.layers, **MODELS[FLAGS.model])
+    try:
+        check_column_parts(config, FLAGS.column_parts)
+    except ValueError as e:
+        raise app.UsageError(f"--column_parts={FLAGS.column_parts}: {e}") from None
+    check_widths(export, config, FLAGS.column_parts)
+    try:
+        lengths = [int(n) for n in FLAGS.seq_lengths]
+    except ValueError:
+        lengths = []
+    if not lengths or min(lengths) < 1:
+        raise app.UsageError(f"--seq_lengths={','.join(FLAGS.seq_lengths)}: give whole numbers "
+                             "of tokens, at least 1")  # fmt: skip
+    sentences = peer_worker.sst2("dev")[0][: FLAGS.sentences]
+    served = tf_serving_module().LoadedLikeTfServing(export, intra_op_threads=1)
+    calls = [np.array([sentence], dtype=object) for sentence in sentences]
+    jobs = {"export": lambda: [served(sentence=call) for call in calls]}
+    for seq in lengths:
+        products = products_alone(config, seq, FLAGS.column_parts)
+        jobs[f"products_{seq}_tokens"] = lambda products=products: [products() for _ in calls]
+    for job in jobs.values():  # each graph's first run builds what it keeps
+        job()
+    seconds = time_alternating(jobs, FLAGS.rounds)
+    per_s = {name: len(calls) / float(np.median(times)) for name, times in seconds.items()}
+    report = {"export": export, "onednn": onednn_enabled(),
+              "sentences": len(calls), "rounds": FLAGS.rounds,
+              "model": FLAGS.model, "layers": FLAGS.layers, "column_parts": FLAGS.column_parts,
+              "sentences_per_s": {name: round(rate, 1) for name, rate in per_s.items()},
+              "export_of_products": {f"{seq}_tokens": round(per_s["export"] /
+                                                            per_s[f"products_{seq}_tokens"], 3)
+                                     for seq in lengths},
+              "rounds_s": {name: [round(s, 4) for s in times]
+                           for name, times in seconds.items()}}  # fmt: skip
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    flags.DEFINE_string("export", None, "The SavedModel version folder of a pooled-only "
+                        "classifier's export (default: the newest under exported/sst-2, the "
+                        "quick start's).")  # fmt: skip
+    flags.DEFINE_integer("sentences", 64, "SST-2 dev sentences served, one a call, per round.",
+                         lower_bound=1)  # fmt: skip
+    flags.DEFINE_list("seq_lengths", ["24", "25"], "Tokens of the sequence the products alone "
+                      "are computed for, one job each.")  # fmt: skip
+    flags.DEFINE_enum("model", "minilm", sorted(MODELS), "The export's widths: all-MiniLM-L6-v2's "
+                      "(hidden 384, feed-forward 1536) or BERT-base's (768, 3072).")  # fmt: skip
+    flags.DEFINE_integer("layers", 6, "The export's encoder blocks (MiniLM has 6).", lower_bound=1)
+    flags.DEFINE_integer("column_parts", 2, "The export's column parts (exports/export.py "
+                         "--column_parts; its default is 2).")  # fmt: skip
+    flags.DEFINE_integer("rounds", 9, "Rounds; each runs every job once.", lower_bound=1)
+    app.run(main)
