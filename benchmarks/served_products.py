@@ -6,10 +6,11 @@ a served sentence's time the products take. As a script, JSON:
 The export runs as TF Serving runs it (`keras_bert/tf_serving.py`: its graph in a session, one
 thread an op, TF Serving's best setting for single sentences on 2 cores), on the first SST-2 dev
 sentences, one a call. Its products alone run as a served pooled-only classifier computes them
-(`benchmarks.ceiling`'s classifier form: in column parts, weights in variables) in a session of
-their own with the same setting, one sequence of each of `--seq_lengths` tokens a call (the first
-64 SST-2 dev sentences average 24.5 of MiniLM's tokens). One process, the jobs in alternating
-order round after round; medians, sentences/s, and the export's rate over each length's products'.
+(`benchmarks.ceiling`'s classifier form: in column parts, weights in variables, in the precision of
+the export's weights) in a session of their own with the same setting, one sequence of each of
+`--seq_lengths` tokens a call (the first 64 SST-2 dev sentences average 24.5 of MiniLM's tokens).
+One process, the jobs in alternating order round after round; medians, sentences/s, and the export's
+rate over each length's products'.
 
 TensorFlow's oneDNN setting is the environment's, or where it sets none TensorFlow's default for
 the CPU, as in TF Serving: this script imports TensorFlow before keras_bert, which then leaves it.
@@ -33,12 +34,12 @@ from benchmarks import (
 from benchmarks.ceiling import MODELS, matmul_ceiling
 
 
-def products_alone(config, seq, column_parts):
+def products_alone(config, seq, column_parts, dtype):
     """A callable running, in a session of its own with one thread an op, the products a served
-    pooled-only classifier computes for one sequence of `seq` tokens."""
+    pooled-only classifier computes in `dtype` for one sequence of `seq` tokens."""
     graph = tf.Graph()
     with graph.as_default():
-        output = matmul_ceiling(config, 1, seq, tf.float32, in_order=True, variables=True,
+        output = matmul_ceiling(config, 1, seq, dtype, in_order=True, variables=True,
                                 column_parts=column_parts, classifier=True)()  # fmt: skip
         initialize = tf.compat.v1.global_variables_initializer()
     options = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1)
@@ -47,19 +48,30 @@ def products_alone(config, seq, column_parts):
     return session.make_callable(output)
 
 
-def check_widths(export, config, column_parts):
-    """A usage error unless the export holds the feed-forward weights of `config`'s blocks in
-    `column_parts` parts: products of other widths would bound nothing."""
-    weights = os.path.join(export, "variables", "variables")
-    shapes = collections.Counter(tuple(shape) for _, shape in tf.train.list_variables(weights))
-    up = (config.hidden_size, config.intermediate_size // column_parts)
-    blocks = config.num_hidden_layers * column_parts
-    if shapes[up] != blocks:
+def export_precision(export, config, column_parts):
+    """The dtype an export's blocks compute in, read from its weights; a usage error unless they
+    are those of a pooled-only classifier with `config`'s blocks in `column_parts` parts, whose
+    products are the ones `products_alone` runs: other products would bound nothing."""
+    reader = tf.train.load_checkpoint(os.path.join(export, "variables", "variables"))
+    shape_of = {name: tuple(shape) for name, shape in reader.get_variable_to_shape_map().items()}
+    shapes = collections.Counter(shape_of.values())
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    up = (hidden, config.intermediate_size // column_parts)
+    if shapes[up] != layers * column_parts:
         raise app.UsageError(
-            f"--export={export} does not compute --layers={config.num_hidden_layers} blocks of "
+            f"--export={export} does not compute --layers={layers} blocks of "
             f"--model={flags.FLAGS.model}'s widths in --column_parts={column_parts}: it holds "
-            f"{shapes[up]} feed-forward weights of {up[0]} x {up[1]}, not {blocks}; set the "
-            "three flags to the export's")  # fmt: skip
+            f"{shapes[up]} feed-forward weights of {up[0]} x {up[1]}, not "
+            f"{layers * column_parts}; set the three flags to the export's")  # fmt: skip
+    # Every block but the last computes each part's query, key and value in one product; the
+    # last one too unless it runs for the first tokens alone (a pooled-only classifier).
+    query_key_value = (hidden, 3 * hidden // column_parts)
+    if shapes[query_key_value] != (layers - 1) * column_parts:
+        raise app.UsageError(f"--export={export} is not a pooled-only classifier's export (its "
+                             "last block computes every token): its products are not the ones "
+                             "timed here")  # fmt: skip
+    return next(dtype for name, dtype in reader.get_variable_to_dtype_map().items()
+                if shape_of[name] == up)  # fmt: skip
 
 
 def main(argv):
@@ -76,7 +88,7 @@ def main(argv):
         check_column_parts(config, FLAGS.column_parts)
     except ValueError as e:
         raise app.UsageError(f"--column_parts={FLAGS.column_parts}: {e}") from None
-    check_widths(export, config, FLAGS.column_parts)
+    dtype = export_precision(export, config, FLAGS.column_parts)
     try:
         lengths = [int(n) for n in FLAGS.seq_lengths]
     except ValueError:
@@ -86,10 +98,13 @@ def main(argv):
                              "of tokens, at least 1")  # fmt: skip
     sentences = peer_worker.sst2("dev")[0][: FLAGS.sentences]
     served = tf_serving_module().LoadedLikeTfServing(export, intra_op_threads=1)
+    if served.input_names != ["sentence"]:
+        raise app.UsageError(f"--export={export} takes {served.input_names}, not one sentence: "
+                             "export a single-sentence classifier, such as the quick start's")
     calls = [np.array([sentence], dtype=object) for sentence in sentences]
     jobs = {"export": lambda: [served(sentence=call) for call in calls]}
     for seq in lengths:
-        products = products_alone(config, seq, FLAGS.column_parts)
+        products = products_alone(config, seq, FLAGS.column_parts, dtype)
         jobs[f"products_{seq}_tokens"] = lambda products=products: [products() for _ in calls]
     for job in jobs.values():  # each graph's first run builds what it keeps
         job()
@@ -98,6 +113,7 @@ def main(argv):
     report = {"export": export, "onednn": onednn_enabled(),
               "sentences": len(calls), "rounds": FLAGS.rounds,
               "model": FLAGS.model, "layers": FLAGS.layers, "column_parts": FLAGS.column_parts,
+              "precision": dtype.name,
               "sentences_per_s": {name: round(rate, 1) for name, rate in per_s.items()},
               "export_of_products": {f"{seq}_tokens": round(per_s["export"] /
                                                             per_s[f"products_{seq}_tokens"], 3)

@@ -456,6 +456,7 @@ def test_the_served_products_bench_times_an_export_against_its_products_alone(mi
     report = bench_report("served_products", f"--export={path}", "--layers=1", "--sentences=3",
                           "--rounds=2", "--seq_lengths=8,9")  # fmt: skip
     assert report["sentences"] == 3 and report["column_parts"] == 2
+    assert report["precision"] == "float32"
     rates = report["sentences_per_s"]
     assert sorted(rates) == ["export", "products_8_tokens", "products_9_tokens"]
     assert all(rate > 0 for rate in rates.values())
@@ -471,3 +472,30 @@ def test_the_served_products_bench_times_an_export_against_its_products_alone(mi
     assert wrong.returncode == 1
     assert "does not compute --layers=2 blocks of --model=minilm's widths" in wrong.stderr
     assert "it holds 2 feed-forward weights of 384 x 768, not 4" in wrong.stderr
+
+
+def test_the_served_products_bench_takes_the_exports_precision_and_only_a_pooled_classifier(
+        tmp_path):  # fmt: skip
+    import tensorflow as tf
+    from absl import app
+
+    from benchmarks.served_products import export_precision
+    from keras_bert import BertConfig
+
+    def export_with(dtype, query_key_value_parts):
+        """An export's weights as far as the bench reads them: one block of hidden 8 in 2 column
+        parts, its feed-forward's and (unless pooled-only) its query, key and value's."""
+        folder = tmp_path / f"{dtype.name}-{query_key_value_parts}"
+        weights = [tf.Variable(tf.zeros((8, 16), dtype)) for _ in range(2)]
+        weights += [tf.Variable(tf.zeros((8, 12), dtype)) for _ in range(query_key_value_parts)]
+        tf.train.Checkpoint(weights=weights).write(str(folder / "variables" / "variables"))
+        return str(folder)
+
+    config = BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32)  # fmt: skip
+    assert export_precision(export_with(tf.float32, 0), config, 2) == tf.float32
+    # A bfloat16 export's products are timed in bfloat16: float32 ones would bound nothing.
+    assert export_precision(export_with(tf.bfloat16, 0), config, 2) == tf.bfloat16
+    # A last block computing every token (not a pooled-only classifier) is refused.
+    with pytest.raises(app.UsageError, match="is not a pooled-only classifier's export"):
+        export_precision(export_with(tf.float32, 2), config, 2)
