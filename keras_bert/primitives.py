@@ -184,9 +184,12 @@ class BertLayerNorm(keras.layers.LayerNormalization):
         return ops.cast(tf.reshape(normalized, shape), self.compute_dtype)
 
     def _plain(self, rows, gamma, beta):
-        centered = rows - tf.reduce_mean(rows, axis=-1, keepdims=True)
-        variance = tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True)
-        return centered * (tf.math.rsqrt(variance + self.epsilon) * gamma) + beta
+        # The variance takes the squared differences in one op, not the centered rows squared:
+        # the same numbers, one op fewer between the two reductions (a served sentence's
+        # LayerNorm is a chain of small ops, each costing about as much as its work).
+        mean = tf.reduce_mean(rows, axis=-1, keepdims=True)
+        variance = tf.reduce_mean(tf.math.squared_difference(rows, mean), axis=-1, keepdims=True)
+        return (rows - mean) * (tf.math.rsqrt(variance + self.epsilon) * gamma) + beta
 
     def _fused(self, rows, gamma, beta):
         # The exact pattern oneDNN's graph rewrite looks for: Reshape, FusedBatchNormV3 with
