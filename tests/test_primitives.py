@@ -35,7 +35,6 @@ def test_layer_norm_matches_keras_in_values_and_gradients(fused, monkeypatch):
     np.testing.assert_allclose(inference, expected[0], rtol=1e-5, atol=1e-5)
 
 
-
 def test_plain_layer_norm_chains_eight_ops_with_the_textbook_numbers():
     # A served sentence's LayerNorm runs as plain ops, each costing about as much as its work,
     # so the chain the result waits on is its cost: the mean, the squared differences, their
@@ -64,6 +63,7 @@ def test_plain_layer_norm_chains_eight_ops_with_the_textbook_numbers():
     variance = tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True)
     textbook = centered * (tf.math.rsqrt(variance + layer.epsilon) * layer.gamma) + layer.beta
     np.testing.assert_array_equal(layer(x, training=False), textbook)
+
 
 def test_gelu_forms_differ_and_match_their_formulas():
     x = np.linspace(-4, 4, 81).astype("float32")
