@@ -88,9 +88,14 @@ class AdamW(keras.optimizers.Adam):
     `layer_rate`: the lower layers, which hold the most general features, move least.
     Adam steps run TensorFlow's fused kernel (`fused_adam_step`); the other arguments are
     keras.optimizers.Adam's (`global_clipnorm`, `epsilon`, ...).
+
+    `recipe`: the `Recipe` a task model compiled without `total_steps` makes each fit's
+    optimizer from, carried by that optimizer (and its config) so that a model saved with it
+    and loaded follows the recipe again; None for any other optimizer.
     """
 
-    def __init__(self, learning_rate, weight_decay=0.01, layer_decay=1.0, **kwargs):
+    def __init__(self, learning_rate, weight_decay=0.01, layer_decay=1.0, recipe=None,
+                 **kwargs):  # fmt: skip
         if not 0 < layer_decay <= 1:
             raise ValueError(f"layer_decay must be in (0, 1], got {layer_decay}")
         super().__init__(learning_rate=learning_rate, **kwargs)
@@ -98,7 +103,9 @@ class AdamW(keras.optimizers.Adam):
             raise ValueError("keras_bert's AdamW has no amsgrad; use keras.optimizers.AdamW")
         # Not Keras's `weight_decay`, which would decay every weight a second time.
         self.layer_decay, self.decoupled_weight_decay = layer_decay, weight_decay
+        self.recipe = Recipe(**recipe) if isinstance(recipe, dict) else recipe
         self._rates = {}
+        self._unbuilt_variables = len(self.variables)  # the step count (and a constant rate)
 
     def build(self, variables):
         super().build(variables)
@@ -109,6 +116,17 @@ class AdamW(keras.optimizers.Adam):
             decays = not any(name in variable.path.split("/")[-1] for name in NO_DECAY)
             self._rates[self._var_key(variable)] = (
                 layer_rate(variable.path, num_layers, self.layer_decay), decays)
+
+    def load_own_variables(self, store):
+        """Keras's, and also the state of an AdamW saved before it was built (the step count
+        and rate alone) into a built one: a model loaded compiled builds its optimizer before
+        the state is loaded (Keras's compile_from_config, and the task models'), and Keras
+        then skipped that whole state with a warning. The slots stay fresh, as they were."""
+        if self.built and len(store.keys()) == self._unbuilt_variables:
+            for i in range(self._unbuilt_variables):
+                self.variables[i].assign(store[str(i)])
+            return
+        super().load_own_variables(store)
 
     def rate_of(self, variable):
         """(learning-rate multiplier, whether weight decay applies) of a variable."""
@@ -140,20 +158,22 @@ class AdamW(keras.optimizers.Adam):
         fused_adam_step(self, gradient, variable, learning_rate)
 
     def get_config(self):
+        recipe = None if self.recipe is None else dataclasses.asdict(self.recipe)
         return {**super().get_config(), "layer_decay": self.layer_decay,
-                "weight_decay": self.decoupled_weight_decay}  # fmt: skip
+                "weight_decay": self.decoupled_weight_decay, "recipe": recipe}  # fmt: skip
 
 
 def create_optimizer(
     learning_rate, total_steps, warmup_steps, weight_decay=0.01, clipnorm=1.0, epsilon=1e-6,
-    layer_decay=None,
+    layer_decay=None, recipe=None,
 ):
     """AdamW on a warmup + linear-decay schedule, clipping the global gradient norm; with
-    `layer_decay` < 1, each variable's learning rate is also scaled by `layer_rate`."""
+    `layer_decay` < 1, each variable's learning rate is also scaled by `layer_rate`. `recipe`:
+    AdamW's."""
     schedule = WarmupLinearDecay(learning_rate, total_steps, warmup_steps)
     layer_decay = 1.0 if layer_decay is None else layer_decay  # 0 is refused, not "none"
     return AdamW(schedule, weight_decay=weight_decay, layer_decay=layer_decay,
-                 epsilon=epsilon, global_clipnorm=clipnorm)  # fmt: skip
+                 epsilon=epsilon, global_clipnorm=clipnorm, recipe=recipe)  # fmt: skip
 
 
 def batches_done(optimizer):
@@ -216,8 +236,11 @@ class Recipe:
                 raise ValueError(f"{name} must be {what}, got {value!r}")
         self.learning_rate = float(self.learning_rate)  # Keras takes no int rate
 
-    def optimizer(self, total_steps):
-        """`create_optimizer` for a run of `total_steps`, warming up over its proportion."""
+    def optimizer(self, total_steps, each_fit=False):
+        """`create_optimizer` for a run of `total_steps`, warming up over its proportion;
+        `each_fit`: the optimizer of one fit of a model that makes every fit's from this recipe,
+        which it carries (AdamW's `recipe`)."""
         return create_optimizer(
             self.learning_rate, total_steps, int(total_steps * self.warmup_proportion),
-            weight_decay=self.weight_decay, clipnorm=self.clipnorm, layer_decay=self.layer_decay)
+            weight_decay=self.weight_decay, clipnorm=self.clipnorm, layer_decay=self.layer_decay,
+            recipe=self if each_fit else None)

@@ -4,7 +4,6 @@ that refuse, before any graph runs, a training that could not work: weights that
 weights Keras would apply wrongly.
 """
 
-import dataclasses
 import os
 
 import keras
@@ -56,7 +55,8 @@ class Trainable:
                 optimizer = recipe.optimizer(total_steps)
             else:
                 self._keep_recipe((recipe, dict(loss=loss, metrics=metrics, **kwargs)))
-                optimizer = keras.optimizers.AdamW(recipe.learning_rate)  # replaced in fit
+                # Replaced in fit; it carries the recipe into a saved file's compile config.
+                optimizer = optimization.AdamW(recipe.learning_rate, recipe=recipe)
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def _follow_recipe(self, steps):
@@ -68,7 +68,7 @@ class Trainable:
         recipe, compile_kwargs = self._recipe
         with self.distribute_strategy.scope():  # the one the model was made under, if any
             # Keras's compile: this class's would drop the recipe for the optimizer given.
-            super().compile(optimizer=recipe.optimizer(steps), **compile_kwargs)
+            super().compile(optimizer=recipe.optimizer(steps, each_fit=True), **compile_kwargs)
 
     def _check_can_train(self):
         check_weights_can_change()
@@ -98,29 +98,25 @@ class Trainable:
                              f"got the keys {keys}")  # fmt: skip
         batching.check_sample_weights([list(class_weight.values())], "class_weight")
 
-    def get_compile_config(self):
-        """compile()'s settings as `save(include_optimizer=True)` writes them for Keras's load
-        (`compile_from_config`): Keras's own, the recipe each fit makes its optimizer from (if
-        any), and whether the optimizer had variables to save."""
-        config = super().get_compile_config()
-        if config:
-            recipe = getattr(self, "_recipe", None)
-            config = {**config, "optimizer_built": self.optimizer.built,
-                      "recipe": None if recipe is None else dataclasses.asdict(recipe[0])}
-        return config
-
     def compile_from_config(self, config):
         """Compiles as the saved model was, with its optimizer, which Keras then loads the saved
         state into: the next fit goes on from the step and the Adam moments where the saved
-        model stopped. (Keras's own method compiles no model whose compile is its own, and
-        such a file loaded then failed in fit: "object has no attribute 'optimizer'".)"""
+        model stopped, or under compile()'s recipe (carried by the optimizer, AdamW's
+        `recipe`) makes its own schedule again. (Keras's own method compiles no model whose
+        compile is its own, and such a file loaded then failed in fit: "object has no
+        attribute 'optimizer'".) The compile config itself is Keras's, so that Keras's
+        `clone_model` compiles its copy from it."""
         config = dict(config)
-        built, recipe = config.pop("optimizer_built", False), config.pop("recipe", None)
+        # Files saved by keras_bert before 2026-11-30 kept these two beside Keras's settings.
+        built, recipe = config.pop("optimizer_built", True), config.pop("recipe", None)
         config = keras.saving.deserialize_keras_object(config)
         self.compile(**config)
+        optimizer = config.get("optimizer")
+        recipe = getattr(optimizer, "recipe", None) or (
+            None if recipe is None else optimization.Recipe(**recipe))  # fmt: skip
         if recipe is not None:
             kept = {k: v for k, v in config.items() if k != "optimizer"}
-            self._keep_recipe((optimization.Recipe(**recipe), kept))
+            self._keep_recipe((recipe, kept))
         if built and self.built:
             self.optimizer.build(self.trainable_variables)
 

@@ -738,6 +738,50 @@ def test_a_file_saved_with_its_optimizer_trains_on_where_it_stopped(classifier, 
     loaded.fit(SENTENCES, LABELS, batch_size=2, epochs=2, verbose=0)
     schedule = loaded.optimizer._learning_rate
     assert (schedule.learning_rate, schedule.total_steps, schedule.warmup_steps) == (3e-4, 4, 2)
+    # Files saved before the recipe rode on the optimizer kept it beside Keras's settings.
+    config = {**classifier.get_compile_config(), "optimizer": "adam", "optimizer_built": False,
+              "recipe": {"learning_rate": 2e-4, "warmup_proportion": 0.25,
+                         "weight_decay": 0.0, "clipnorm": 1.0}}  # fmt: skip
+    loaded.compile_from_config(config)
+    loaded.fit(SENTENCES, LABELS, batch_size=2, epochs=2, verbose=0)
+    schedule = loaded.optimizer._learning_rate
+    assert (schedule.learning_rate, schedule.total_steps, schedule.warmup_steps) == (2e-4, 4, 1)
+
+
+def test_deepcopy_is_a_whole_model_and_clone_model_copies_a_compiled_one(classifier):
+    """README: copy.deepcopy copies everything; keras.models.clone_model makes a plain Keras
+    model on token ids, as Keras does for every subclass of its functional model, compiled
+    as the model was. A compiled model's clone failed there ("compile() got an unexpected
+    keyword argument 'optimizer_built'"), and a deep copy of one never trained warned that its
+    optimizer's variables were skipped."""
+    import copy
+
+    classifier.compile(learning_rate=1e-3, warmup_proportion=0.5)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*optimizer")
+        fresh = copy.deepcopy(classifier)
+    assert fresh.compiled and fresh.optimizer.recipe == classifier.optimizer.recipe
+    classifier.fit(SENTENCES, LABELS, batch_size=2, verbose=0)
+    before = classifier.predict(SENTENCES, verbose=0)
+    copied = copy.deepcopy(classifier)
+    assert type(copied) is keras_bert.BertClassifier and copied.labels == ["neg", "pos"]
+    np.testing.assert_array_equal(copied.predict(SENTENCES, verbose=0), before)
+    assert int(copied.optimizer.iterations) == int(classifier.optimizer.iterations) == 2
+    copied.fit(SENTENCES, LABELS, batch_size=2, epochs=3, verbose=0)
+    schedule = copied.optimizer._learning_rate  # the recipe's, over the copy's own fit
+    assert (schedule.learning_rate, schedule.total_steps, schedule.warmup_steps) == (1e-3, 6, 3)
+    assert not np.allclose(copied.predict(SENTENCES, verbose=0), before)
+    np.testing.assert_array_equal(classifier.predict(SENTENCES, verbose=0), before)
+
+    clone = keras.models.clone_model(classifier)
+    assert type(clone) is not keras_bert.BertClassifier and not hasattr(clone, "preprocessor")
+    assert clone.compiled and clone.get_compile_config() == classifier.get_compile_config()
+    assert clone.optimizer.built  # built by Keras, as it builds a loaded model's
+    inputs = classifier.preprocessor(SENTENCES)
+    assert not np.allclose(clone.predict(inputs, verbose=0), before)  # fresh weights
+    loss = clone.fit(inputs, np.array(LABELS), verbose=0).history["loss"][0]
+    assert np.isfinite(loss)
+    np.testing.assert_array_equal(classifier.predict(SENTENCES, verbose=0), before)
 
 
 def test_export_serves_strings_with_inference_weights_only(classifier, tmp_path):
