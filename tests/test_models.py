@@ -1,6 +1,7 @@
 """The library's task models as a Keras user meets them: raw strings in fit / evaluate /
 predict, one self-contained .keras file, and one export call."""
 
+import copy
 import json
 import os
 import subprocess
@@ -754,8 +755,6 @@ def test_deepcopy_is_a_whole_model_and_clone_model_copies_a_compiled_one(classif
     as the model was. A compiled model's clone failed there ("compile() got an unexpected
     keyword argument 'optimizer_built'"), and a deep copy of one never trained warned that its
     optimizer's variables were skipped."""
-    import copy
-
     classifier.compile(learning_rate=1e-3, warmup_proportion=0.5)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*optimizer")
