@@ -1,0 +1,164 @@
+"""What a served single sentence pays besides its products' arithmetic, in TensorFlow sessions set
+up as TF Serving runs a request (one thread an op), as JSON:
+
+    python -m benchmarks.call_costs [--model=minilm --column_parts=2 --rows=1,13,25 --weights=24]
+
+- `product_us`: one float32 product of each shape a served block computes (in `--column_parts`
+  parts, as an export computes them: a part's query, key and value in one product, its share of
+  the feed-forward's up and down products) on each of `--rows` rows, microseconds a product.
+  Each job runs `--weights` weights of its shape in turn, more than the CPU's caches hold, so
+  that each comes from memory as a served sentence's weights do. Each product's first value is
+  summed, so that none is pruned from the graph: one small op a product is in its time.
+- `read_us`: a bare sum over the same weights (`reduce_sum`), microseconds a weight: what reading
+  them takes; `read_gb_s` its rate, and `one_row_over_read` a one-row product's time over it.
+- `call_us`: a session call of a graph of one small op, on the session's inter-op threads (as TF
+  Serving runs a request: the caller hands the graph to them and waits) and on the caller's own
+  thread (`inter_op_parallelism_threads=-1`); `handoffs_us` the difference.
+
+One process; the jobs in alternating order round after round, medians. TensorFlow's oneDNN setting
+is the environment's, or where it sets none TensorFlow's default for the CPU, as in TF Serving:
+this script imports TensorFlow before keras_bert, which then leaves it.
+"""
+
+import json
+import statistics
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+from benchmarks import onednn_enabled, time_alternating
+from benchmarks.ceiling import MODELS
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("model", "minilm", sorted(MODELS), "Widths: BERT-base's (hidden 768, "
+                  "feed-forward 3072) or all-MiniLM-L6-v2's (384, 1536); 12 heads both.")
+flags.DEFINE_integer("column_parts", 2, "Parts each block's products are split in, as an export "
+                     "computes them (exports/export.py --column_parts; 2 for a served MiniLM on "
+                     "2 cores).")
+flags.DEFINE_list("rows", ["1", "13", "25"], "Rows (a sentence's tokens) of each product timed; "
+                  "the serving bench's single SST-2 dev sentences average 24.5 of MiniLM's.")
+flags.DEFINE_integer("weights", 24, "Weights of each shape a job runs in turn; enough that they "
+                     "outgrow the CPU's caches.")
+flags.DEFINE_integer("rounds", 9, "Rounds; each times every job.")
+flags.DEFINE_integer("steps", 3, "Session calls a product or read job is timed over, a round.")
+flags.DEFINE_integer("calls", 200, "Session calls a call job is timed over, a round.")
+
+
+def product_shapes(config, parts):
+    """{name: (inputs, outputs)} of the products one column part of a served block computes."""
+    hidden, inner = config.hidden_size, config.intermediate_size
+    return {f"query_key_value {hidden}x{3 * hidden // parts}": (hidden, 3 * hidden // parts),
+            f"up {hidden}x{inner // parts}": (hidden, inner // parts),
+            f"down {inner // parts}x{hidden}": (inner // parts, hidden)}  # fmt: skip
+
+
+def weight_jobs(shapes, rows, count, rng):
+    """{job: callable} running, in a session of their own with one thread an op and one op at a
+    time, `count` products of each shape on each of `rows` rows ("product shape rows"), and
+    `count` bare sums over the same weights ("read shape")."""
+    graph, fetches, feeds = tf.Graph(), {}, {}
+    with graph.as_default():
+        for name, (inputs, outputs) in shapes.items():
+            weights = [tf.Variable((rng.standard_normal((inputs, outputs)) / np.sqrt(inputs))
+                                   .astype(np.float32)) for _ in range(count)]  # fmt: skip
+            fetches[f"read {name}"] = tf.add_n([tf.reduce_sum(w.read_value()) for w in weights])
+            for n in rows:
+                x = tf.compat.v1.placeholder(tf.float32, (None, inputs))
+                feeds[f"product {name} {n}"] = (x, rng.standard_normal((n, inputs)).astype(
+                    np.float32))  # fmt: skip
+                fetches[f"product {name} {n}"] = tf.add_n(
+                    [tf.matmul(x, w.read_value())[0, 0] for w in weights])
+        initialize = tf.compat.v1.global_variables_initializer()
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1,
+                                      inter_op_parallelism_threads=1)  # fmt: skip
+    session = tf.compat.v1.Session(graph=graph, config=config)
+    session.run(initialize)
+    jobs = {}
+    for job, fetch in fetches.items():
+        if job in feeds:
+            placeholder, value = feeds[job]
+            run = session.make_callable(fetch, [placeholder])
+            jobs[job] = lambda run=run, value=value: run(value)
+        else:
+            jobs[job] = session.make_callable(fetch)
+    return jobs
+
+
+def call_jobs():
+    """{job: callable} of one session call of a graph of one small op: on the session's inter-op
+    threads, as TF Serving runs a request, and on the caller's own thread."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (None,))
+        y = x[:4]
+    value = np.ones(8, np.float32)
+    jobs = {}
+    for job, inter_op in (("inter_op_threads", 0), ("caller_thread", -1)):
+        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1,
+                                          inter_op_parallelism_threads=inter_op)  # fmt: skip
+        run = tf.compat.v1.Session(graph=graph, config=config).make_callable(y, [x])
+        jobs[job] = lambda run=run: run(value)
+    return jobs
+
+
+def repeated(job, times):
+    def run():
+        for _ in range(times):
+            job()
+
+    return run
+
+
+def main(argv):
+    del argv
+    from keras_bert import BertConfig
+    from keras_bert.column_parts import check_column_parts
+
+    config = BertConfig(**MODELS[FLAGS.model])
+    try:
+        check_column_parts(config, FLAGS.column_parts)
+    except ValueError as e:
+        raise app.UsageError(f"--column_parts={FLAGS.column_parts}: {e}") from None
+    try:
+        rows = [int(n) for n in FLAGS.rows]
+    except ValueError:
+        rows = [0]
+    for flag, values in (("rows", rows), ("weights", [FLAGS.weights]), ("rounds", [FLAGS.rounds]),
+                         ("steps", [FLAGS.steps]), ("calls", [FLAGS.calls])):  # fmt: skip
+        if min(values) < 1:
+            given = getattr(FLAGS, flag)
+            given = ",".join(given) if isinstance(given, list) else given
+            raise app.UsageError(f"--{flag}={given}: give positive whole numbers")
+    shapes = product_shapes(config, FLAGS.column_parts)
+    jobs = weight_jobs(shapes, rows, FLAGS.weights, np.random.default_rng(0))
+    calls = call_jobs()
+    timed = {**{job: repeated(run, FLAGS.steps) for job, run in jobs.items()},
+             **{job: repeated(run, FLAGS.calls) for job, run in calls.items()}}  # fmt: skip
+    for run in jobs.values():
+        run()  # TensorFlow prepares a callable's graph on its first call
+    for run in calls.values():
+        run()
+    seconds = {job: statistics.median(s) for job, s in
+               time_alternating(timed, FLAGS.rounds).items()}  # fmt: skip
+    per_weight = 1e6 / (FLAGS.steps * FLAGS.weights)
+    product_us = {name: {str(n): round(seconds[f"product {name} {n}"] * per_weight, 1)
+                         for n in rows} for name in shapes}  # fmt: skip
+    read_us = {name: round(seconds[f"read {name}"] * per_weight, 1) for name in shapes}
+    call_us = {job: round(seconds[job] * 1e6 / FLAGS.calls, 1) for job in calls}
+    report = {
+        "model": FLAGS.model, "column_parts": FLAGS.column_parts, "weights": FLAGS.weights,
+        "rounds": FLAGS.rounds, "onednn": onednn_enabled(),
+        "product_us": product_us, "read_us": read_us,
+        "read_gb_s": {name: round(4 * i * o / (read_us[name] * 1e3), 1)
+                      for name, (i, o) in shapes.items()},
+        "one_row_over_read": ({name: round(product_us[name]["1"] / read_us[name], 2)
+                               for name in shapes} if 1 in rows else None),
+        "call_us": call_us,
+        "handoffs_us": round(call_us["inter_op_threads"] - call_us["caller_thread"], 1),
+    }  # fmt: skip
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    app.run(main)
