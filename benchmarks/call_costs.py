@@ -39,10 +39,12 @@ flags.DEFINE_integer("column_parts", 2, "Parts each block's products are split i
 flags.DEFINE_list("rows", ["1", "13", "25"], "Rows (a sentence's tokens) of each product timed; "
                   "the serving bench's single SST-2 dev sentences average 24.5 of MiniLM's.")
 flags.DEFINE_integer("weights", 24, "Weights of each shape a job runs in turn; enough that they "
-                     "outgrow the CPU's caches.")
-flags.DEFINE_integer("rounds", 9, "Rounds; each times every job.")
-flags.DEFINE_integer("steps", 3, "Session calls a product or read job is timed over, a round.")
-flags.DEFINE_integer("calls", 200, "Session calls a call job is timed over, a round.")
+                     "outgrow the CPU's caches.", lower_bound=1)
+flags.DEFINE_integer("rounds", 9, "Rounds; each times every job.", lower_bound=1)
+flags.DEFINE_integer("steps", 3, "Session calls a product or read job is timed over, a round.",
+                     lower_bound=1)
+flags.DEFINE_integer("calls", 200, "Session calls a call job is timed over, a round.",
+                     lower_bound=1)
 
 
 def product_shapes(config, parts):
@@ -123,13 +125,9 @@ def main(argv):
     try:
         rows = [int(n) for n in FLAGS.rows]
     except ValueError:
-        rows = [0]
-    for flag, values in (("rows", rows), ("weights", [FLAGS.weights]), ("rounds", [FLAGS.rounds]),
-                         ("steps", [FLAGS.steps]), ("calls", [FLAGS.calls])):  # fmt: skip
-        if min(values) < 1:
-            given = getattr(FLAGS, flag)
-            given = ",".join(given) if isinstance(given, list) else given
-            raise app.UsageError(f"--{flag}={given}: give positive whole numbers")
+        rows = []
+    if not rows or min(rows) < 1:
+        raise app.UsageError(f"--rows={','.join(FLAGS.rows)}: give positive whole numbers")
     shapes = product_shapes(config, FLAGS.column_parts)
     jobs = weight_jobs(shapes, rows, FLAGS.weights, np.random.default_rng(0))
     calls = call_jobs()
