@@ -38,6 +38,31 @@ def onednn_enabled():
     return bool(_pywrap_util_port.IsMklEnabled())
 
 
+def checked_column_parts(config):
+    """--column_parts, checked as an export checks its own (the parts must share `config`'s heads
+    and sizes); a usage error naming the flag where they cannot."""
+    from keras_bert.column_parts import check_column_parts
+
+    count = flags.FLAGS.column_parts
+    try:
+        return check_column_parts(config, count)
+    except ValueError as e:
+        raise app.UsageError(f"--column_parts={count}: {e}") from None
+
+
+def positive_integers(name, hint):
+    """The list flag `name` as ints, each at least 1; a usage error naming the flag and `hint`
+    (what to give) where one is not, or where the list is empty."""
+    values = getattr(flags.FLAGS, name)
+    try:
+        numbers = [int(n) for n in values]
+    except ValueError:
+        numbers = []
+    if not numbers or min(numbers) < 1:
+        raise app.UsageError(f"--{name}={','.join(values)}: {hint}")
+    return numbers
+
+
 def tf_serving_module():
     """keras_bert/tf_serving.py, loaded by its path: importing the package would import Keras."""
     import importlib.util

@@ -27,7 +27,12 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from benchmarks import onednn_enabled, time_alternating
+from benchmarks import (
+    checked_column_parts,
+    onednn_enabled,
+    positive_integers,
+    time_alternating,
+)
 from benchmarks.ceiling import MODELS
 
 FLAGS = flags.FLAGS
@@ -115,19 +120,10 @@ def repeated(job, times):
 def main(argv):
     del argv
     from keras_bert import BertConfig
-    from keras_bert.column_parts import check_column_parts
 
     config = BertConfig(**MODELS[FLAGS.model])
-    try:
-        check_column_parts(config, FLAGS.column_parts)
-    except ValueError as e:
-        raise app.UsageError(f"--column_parts={FLAGS.column_parts}: {e}") from None
-    try:
-        rows = [int(n) for n in FLAGS.rows]
-    except ValueError:
-        rows = []
-    if not rows or min(rows) < 1:
-        raise app.UsageError(f"--rows={','.join(FLAGS.rows)}: give positive whole numbers")
+    checked_column_parts(config)
+    rows = positive_integers("rows", "give positive whole numbers")
     shapes = product_shapes(config, FLAGS.column_parts)
     jobs = weight_jobs(shapes, rows, FLAGS.weights, np.random.default_rng(0))
     calls = call_jobs()

@@ -23,7 +23,12 @@ import tensorflow as tf
 from absl import app, flags
 
 import benchmarks
-from benchmarks import define_forms_flags, define_shape_flags, time_forms
+from benchmarks import (
+    checked_column_parts,
+    define_forms_flags,
+    define_shape_flags,
+    time_forms,
+)
 
 
 def matmul_ceiling(config, batch, seq, dtype, in_order=False, variables=False, column_parts=1,
@@ -198,16 +203,12 @@ def _products_in_order(config, batch, seq, dtype, rng, variables, parts, classif
 def main(argv):
     del argv
     from keras_bert import BertConfig
-    from keras_bert.column_parts import check_column_parts
 
     FLAGS = flags.FLAGS
     if FLAGS.intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
     config = BertConfig(num_hidden_layers=FLAGS.layers, **MODELS[FLAGS.model])
-    try:
-        check_column_parts(config, FLAGS.column_parts)
-    except ValueError as e:
-        raise app.UsageError(f"--column_parts={FLAGS.column_parts}: {e}") from None
+    checked_column_parts(config)
     orders = {"independent": (False, 1), "in_order": (True, 1)}
     if FLAGS.column_parts > 1:
         orders["in_column_parts"] = (True, FLAGS.column_parts)

@@ -25,9 +25,11 @@ import tensorflow as tf
 from absl import app, flags
 
 from benchmarks import (
+    checked_column_parts,
     newest_export,
     onednn_enabled,
     peer_worker,
+    positive_integers,
     tf_serving_module,
     time_alternating,
 )
@@ -77,25 +79,15 @@ def export_precision(export, config, column_parts):
 def main(argv):
     del argv
     from keras_bert import BertConfig
-    from keras_bert.column_parts import check_column_parts
 
     FLAGS = flags.FLAGS
     export = FLAGS.export or newest_export("sst-2")
     if not tf.saved_model.contains_saved_model(export):
         raise app.UsageError(f"--export={export} holds no SavedModel (saved_model.pb)")
     config = BertConfig(num_hidden_layers=FLAGS.layers, **MODELS[FLAGS.model])
-    try:
-        check_column_parts(config, FLAGS.column_parts)
-    except ValueError as e:
-        raise app.UsageError(f"--column_parts={FLAGS.column_parts}: {e}") from None
+    checked_column_parts(config)
     dtype = export_precision(export, config, FLAGS.column_parts)
-    try:
-        lengths = [int(n) for n in FLAGS.seq_lengths]
-    except ValueError:
-        lengths = []
-    if not lengths or min(lengths) < 1:
-        raise app.UsageError(f"--seq_lengths={','.join(FLAGS.seq_lengths)}: give whole numbers "
-                             "of tokens, at least 1")  # fmt: skip
+    lengths = positive_integers("seq_lengths", "give whole numbers of tokens, at least 1")
     sentences = peer_worker.sst2("dev")[0][: FLAGS.sentences]
     served = tf_serving_module().LoadedLikeTfServing(export, intra_op_threads=1)
     if served.input_names != ["sentence"]:
