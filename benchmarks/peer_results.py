@@ -6,7 +6,8 @@ import statistics
 
 def compare(results):
     """keras_bert's rate over PyTorch's best variant of the same job: its best precision
-    (job@precision) at its best thread setting (job~threads=N)."""
+    (job@precision) at its best thread setting (job~threads=N); with each side's rounds, the
+    same ratio round by round too (`ratio_by_round`)."""
     def plain(name):  # without its variant
         return name.split("~")[0]
 
@@ -18,12 +19,23 @@ def compare(results):
             best = max(peers, key=lambda name: peers[name]["pytorch"]["per_s"])
             sides["ratio"] = ours["per_s"] / peers[best]["pytorch"]["per_s"]
             sides["ratio_against"] = best
+            if "rounds_s" in ours:
+                sides["ratio_by_round"] = round_ratios(ours, peers[best]["pytorch"])
+
+
+def round_ratios(ours, theirs):
+    """The ratio of the two sides' rates in each round, whose two jobs ran seconds apart, so
+    that a change in the machine's load between rounds moves both: median, lowest, highest."""
+    ratios = [(ours["items"] / a) / (theirs["items"] / b)
+              for a, b in zip(ours["rounds_s"], theirs["rounds_s"])]  # fmt: skip
+    return {"median": statistics.median(ratios), "lowest": min(ratios), "highest": max(ratios)}
 
 
 def summary(reports):
     """Medians over rounds of one side's reports for one job."""
     seconds = statistics.median(r["seconds"] for r in reports)
-    result = {"median_s": seconds, "per_s": reports[0]["items"] / seconds,
+    items = reports[0]["items"]
+    result = {"median_s": seconds, "per_s": items / seconds, "items": items,
               "unit": reports[0]["unit"], "rounds_s": [r["seconds"] for r in reports]}  # fmt: skip
     latencies = sorted(x for r in reports for x in r.get("latencies", []))
     if latencies:

@@ -107,7 +107,7 @@ def serving_jobs(opts):
     jobs = {}
     for size, count in SERVING_SENTENCES.items():
         calls = [sentences[i : i + size] for i in range(0, count, size)]
-        for precision in ("float32", "bfloat16"):
+        for precision in opts["precisions"]:
 
             def run(calls=calls, count=count, precision=precision):
                 latencies = peer_worker.per_call(calls, lambda c: classify(c, precision))

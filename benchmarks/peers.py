@@ -61,8 +61,10 @@ flags.DEFINE_integer("seq_length", 128, "encoder: tokens per sequence (no paddin
 flags.DEFINE_integer("steps", 3, "encoder: steps per timed job; tokenizer: passes over "
                      "the 872 sentences per timed job; finetune: 10x this.")
 flags.DEFINE_list("precisions", ["float32", "bfloat16"], "encoder, products and finetune: "
-                  "precisions to measure (bfloat16 fine-tuning is slow on a CPU without "
-                  "bfloat16 instructions: --precisions=float32 there).")
+                  "precisions to measure; serving: PyTorch's (the export has its own). On a "
+                  "CPU without bfloat16 instructions PyTorch's bfloat16 is several times "
+                  "slower than its float32 and fine-tuning in it very slow: --precisions=float32 "
+                  "there.")
 flags.DEFINE_string("export", None, "serving: the SavedModel version folder of a MiniLM "
                     "SST-2 classifier. Default: the newest under exported/sst-2 (made by "
                     "python -m tasks.quickstart).")

@@ -51,6 +51,25 @@ def test_jobs_both_sides_run_are_compared_across_settings_too():
     assert "ratio" not in results["bfloat16/matmul_ceiling~threads=0"]
 
 
+def test_the_ratio_is_also_given_round_by_round():
+    # Each round's pair ran seconds apart: a slow round on a busy machine slows both sides.
+    def side(name, items, rounds_s):
+        seconds = float(np.median(rounds_s))
+        return {name: {"items": items, "per_s": items / seconds, "median_s": seconds,
+                       "rounds_s": rounds_s}}  # fmt: skip
+
+    results = {
+        "batch_1": side("keras_bert", 64, [0.4, 0.8, 0.5]),
+        "batch_1@float32": side("pytorch", 64, [1.0, 1.2, 0.8]),
+        "batch_1@bfloat16": side("pytorch", 64, [2.0, 2.0, 2.0]),
+    }
+    compare(results)
+    assert results["batch_1"]["ratio"] == 1.0 / 0.5  # the ratio of the medians
+    by_round = results["batch_1"]["ratio_by_round"]  # against float32, the faster
+    assert by_round == pytest.approx({"median": 1.6, "lowest": 1.5, "highest": 2.5})
+    assert "ratio_by_round" not in results["batch_1@float32"]
+
+
 def worker_info(options, env=None):
     """What a keras_bert worker (benchmarks.peer_tf) reports for `options`: it announces its
     jobs and set-up on its first line, then exits at the end of its (empty) input."""
