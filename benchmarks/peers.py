@@ -11,6 +11,8 @@
         [--onednn=0,1]                              # ... keras_bert, oneDNN off and on
         [--tf_env=NAME=A,B]                         # ... keras_bert, an environment variable
                                                     #     set to A in one worker, B in another
+        [--precisions=float32]                      # ... PyTorch in float32 alone (a CPU
+                                                    #     without bfloat16 instructions)
     python -m benchmarks.peers --bench=encoder --onednn_frozen_weights
                                                     # ... also the forward a bf16 export serves
     python -m benchmarks.peers --bench=finetune     # fine-tuning MiniLM on SST-2, examples/s
@@ -23,7 +25,9 @@
 Each side runs in a worker process (benchmarks/peer_tf.py, benchmarks/peer_torch.py) that sets
 up once and then times one job at a time when asked. This process asks the two sides in turn,
 round after round, in alternating order (the machine is shared and noisy), and reports for each
-job both sides' medians and the ratio keras_bert / PyTorch (> 1: keras_bert is faster).
+job both sides' medians and the ratio keras_bert / PyTorch (> 1: keras_bert is faster), also
+round by round (`ratio_by_round`: each round's two timings ran seconds apart, so a change in
+the machine's load between rounds moves both).
 Jobs only one side has (the bare matrix-product ceiling, benchmarks/ceiling.py; `~in_order`:
 the same products, each waiting for those a forward pass computes it from) are reported alone,
 and the bfloat16 forward as a fraction of each (`..._of_ceiling`); a job `X~variant` is a
