@@ -74,6 +74,22 @@ def tf_serving_module():
     return module
 
 
+def served_sentence_export():
+    """--export (default: the quick start's newest) loaded as TF Serving loads it, one thread an
+    op (`keras_bert/tf_serving.py`): (its path, the loaded export); a usage error unless it is a
+    SavedModel that takes one sentence."""
+    import tensorflow as tf
+
+    export = flags.FLAGS.export or newest_export("sst-2")
+    if not tf.saved_model.contains_saved_model(export):
+        raise app.UsageError(f"--export={export} holds no SavedModel (saved_model.pb)")
+    served = tf_serving_module().LoadedLikeTfServing(export, intra_op_threads=1)
+    if served.input_names != ["sentence"]:
+        raise app.UsageError(f"--export={export} takes {served.input_names}, not one sentence: "
+                             "export a single-sentence classifier, such as the quick start's")
+    return export, served
+
+
 def define_shape_flags():
     """The flags of a BERT forward pass's precision and input shape."""
     flags.DEFINE_enum("precision", "bfloat16", ["float32", "bfloat16"], "Compute precision.")

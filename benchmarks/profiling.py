@@ -1,17 +1,28 @@
-"""Op times from a TensorFlow profiler trace, and oneDNN's kernel times from its verbose lines
-(no flags: tests import it too)."""
+"""Op times and each session call's ops by thread from a TensorFlow profiler trace, and oneDNN's
+kernel times from its verbose lines (no flags: tests import it too)."""
 
+import bisect
 import collections
 import glob
 
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 
-def op_times(logdir, steps):
-    """{(node name, op type): ms per step} from the profiler's trace in `logdir`."""
+def _trace(logdir):
+    """The newest profiler trace in `logdir`, as an XSpace."""
     space = xplane_pb2.XSpace()
     with open(sorted(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True))[-1], "rb") as f:
         space.ParseFromString(f.read())
+    return space
+
+
+def _is_op(name):
+    return ":" in name and "::" not in name  # "node:OpType", not the executor's own spans
+
+
+def op_times(logdir, steps):
+    """{(node name, op type): ms per step} from the profiler's trace in `logdir`."""
+    space = _trace(logdir)
     times = collections.Counter()
     for plane in space.planes:
         for line in plane.lines:
@@ -19,9 +30,35 @@ def op_times(logdir, steps):
                 continue
             for event in line.events:
                 name = plane.event_metadata[event.metadata_id].name
-                if ":" in name and "::" not in name:  # "node:OpType", not the executor's spans
+                if _is_op(name):
                     times[tuple(name.rsplit(":", 1))] += event.duration_ps / 1e9 / steps
     return times
+
+
+def session_calls(logdir):
+    """Each `Session.run` call in the profiler's trace in `logdir`, in order, as (start, end,
+    ops), in microseconds on the trace's clock; `ops`: (start, end, thread, node name, op type)
+    of each op that TensorFlow's inter-op threads started during the call, in order, `thread`
+    the index of the thread that ran it."""
+    calls, ops = [], []
+    for plane in _trace(logdir).planes:
+        threads = [line.name for line in plane.lines if line.name.startswith("tf_Compute")]
+        for line in plane.lines:
+            base = line.timestamp_ns * 1000  # picoseconds, as the events' offsets
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                start = (base + event.offset_ps) / 1e6
+                end = start + event.duration_ps / 1e6
+                if line.name in threads and _is_op(name):
+                    node, op_type = name.rsplit(":", 1)
+                    ops.append((start, end, threads.index(line.name), node, op_type))
+                elif name.startswith("SessionRun"):
+                    calls.append((start, end))
+    calls.sort()
+    ops.sort()
+    starts = [op[0] for op in ops]
+    return [(start, end, ops[bisect.bisect_left(starts, start) : bisect.bisect_left(starts, end)])
+            for start, end in calls]  # fmt: skip
 
 
 # Printed around the steps whose oneDNN lines count (onednn_kernels.py).

@@ -26,11 +26,10 @@ from absl import app, flags
 
 from benchmarks import (
     checked_column_parts,
-    newest_export,
     onednn_enabled,
     peer_worker,
     positive_integers,
-    tf_serving_module,
+    served_sentence_export,
     time_alternating,
 )
 from benchmarks.ceiling import MODELS, matmul_ceiling
@@ -81,18 +80,12 @@ def main(argv):
     from keras_bert import BertConfig
 
     FLAGS = flags.FLAGS
-    export = FLAGS.export or newest_export("sst-2")
-    if not tf.saved_model.contains_saved_model(export):
-        raise app.UsageError(f"--export={export} holds no SavedModel (saved_model.pb)")
+    export, served = served_sentence_export()
     config = BertConfig(num_hidden_layers=FLAGS.layers, **MODELS[FLAGS.model])
     checked_column_parts(config)
     dtype = export_precision(export, config, FLAGS.column_parts)
     lengths = positive_integers("seq_lengths", "give whole numbers of tokens, at least 1")
     sentences = peer_worker.sst2("dev")[0][: FLAGS.sentences]
-    served = tf_serving_module().LoadedLikeTfServing(export, intra_op_threads=1)
-    if served.input_names != ["sentence"]:
-        raise app.UsageError(f"--export={export} takes {served.input_names}, not one sentence: "
-                             "export a single-sentence classifier, such as the quick start's")
     calls = [np.array([sentence], dtype=object) for sentence in sentences]
     jobs = {"export": lambda: [served(sentence=call) for call in calls]}
     for seq in lengths:

@@ -519,6 +519,44 @@ def test_the_served_products_bench_takes_the_exports_precision_and_only_a_pooled
         export_precision(export_with(tf.float32, 2), config, 2)
 
 
+def test_a_calls_time_is_cut_by_how_many_threads_ran_an_op():
+    from benchmarks.served_threads import occupancy
+
+    # (start, end, thread, node, op type) in microseconds: a product on thread 0 from 2 to 12,
+    # one on thread 1 from 5 to 20, then an add on thread 0 from 21 to 23, in a call of 0 to 25.
+    ops = [(2, 12, 0, "a", "MatMul"), (5, 20, 1, "b", "_FusedMatMul"), (21, 23, 0, "c", "AddV2")]
+    busy, alone = occupancy(0, 25, ops, threads=2)
+    assert busy == {0: 2 + 1 + 2, 1: 3 + 8 + 2, 2: 7}
+    assert alone == {"MatMul": 3, "_FusedMatMul": 8, "AddV2": 2}
+    # An op that outlasts the call counts up to the call's end.
+    busy, _ = occupancy(0, 10, [(4, 30, 0, "a", "MatMul")], threads=2)
+    assert busy == {0: 4, 1: 6, 2: 0}
+
+
+def test_the_served_threads_bench_cuts_each_served_call_by_the_threads_in_an_op(
+        tiny_checkpoint, tmp_path):  # fmt: skip
+    import keras_bert
+
+    path = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint).export(
+        str(tmp_path / "m"), allow_untrained_head=True)  # timed, not scored
+    report = bench_report("served_threads", f"--export={path}", "--sentences=3", "--passes=2",
+                          "--top=3")  # fmt: skip
+    assert (report["sentences"], report["passes"], report["calls"]) == (3, 2, 6)
+    cut = report["threads_in_an_op_ms"]
+    assert sorted(cut) == [str(n) for n in range(report["compute_threads"] + 1)]
+    # The cut covers each call once: its parts add up to the call (each rounded to 1e-3 ms).
+    assert math.isclose(sum(cut.values()), report["call_ms"], abs_tol=0.005)
+    assert 0 < report["before_first_op_ms"] < report["call_ms"]
+    assert 0 <= report["alone_in_dense_products_ms"] <= cut["1"]
+    assert len(report["op_ms_by_type"]) == 3
+    assert 0 < report["dense_products_fastest_pass_ms"] <= report["dense_products_ms"]
+    missing = subprocess.run([sys.executable, "-m", "benchmarks.served_threads",
+                              f"--export={tmp_path / 'none'}"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=600)  # fmt: skip
+    assert missing.returncode == 1
+    assert f"--export={tmp_path / 'none'} holds no SavedModel" in missing.stderr
+
+
 def test_the_call_costs_bench_times_products_reads_and_calls():
     report = bench_report("call_costs", "--rows=1,3", "--weights=2", "--rounds=1", "--steps=1",
                           "--calls=3")  # fmt: skip

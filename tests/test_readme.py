@@ -82,6 +82,7 @@ HELP_FLAGS = [
     ("benchmarks.onednn_kernels", ["--precision", "--stored_weights", "--form", "--steps"]),
     ("benchmarks.dense_forms", ["--precision", "--batch_size", "--rounds", "--steps"]),
     ("benchmarks.served_products", ["--export", "--sentences", "--seq_lengths", "--column_parts"]),
+    ("benchmarks.served_threads", ["--export", "--sentences", "--passes", "--top"]),
 ]  # fmt: skip
 
 
