@@ -74,6 +74,15 @@ def tf_serving_module():
     return module
 
 
+def define_served_export_flags(kind, sentences, per):
+    """The flags of `served_sentence_export` and of the SST-2 dev sentences served to it: --export,
+    a `kind` classifier's export, and --sentences (default `sentences`), one a call, per `per`."""
+    flags.DEFINE_string("export", None, f"The SavedModel version folder of a {kind} classifier's "
+                        "export (default: the newest under exported/sst-2, the quick start's).")
+    flags.DEFINE_integer("sentences", sentences, f"SST-2 dev sentences served, one a call, per "
+                         f"{per}.", lower_bound=1)  # fmt: skip
+
+
 def served_sentence_export():
     """--export (default: the quick start's newest) loaded as TF Serving loads it, one thread an
     op (`keras_bert/tf_serving.py`): (its path, the loaded export); a usage error unless it is a

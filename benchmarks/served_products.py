@@ -24,8 +24,10 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
+import benchmarks
 from benchmarks import (
     checked_column_parts,
+    define_served_export_flags,
     onednn_enabled,
     peer_worker,
     positive_integers,
@@ -109,11 +111,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.DEFINE_string("export", None, "The SavedModel version folder of a pooled-only "
-                        "classifier's export (default: the newest under exported/sst-2, the "
-                        "quick start's).")  # fmt: skip
-    flags.DEFINE_integer("sentences", 64, "SST-2 dev sentences served, one a call, per round.",
-                         lower_bound=1)  # fmt: skip
+    define_served_export_flags("pooled-only", sentences=64, per="round")
+    flags.adopt_module_key_flags(benchmarks)  # so that --help lists them
     flags.DEFINE_list("seq_lengths", ["24", "25"], "Tokens of the sequence the products alone "
                       "are computed for, one job each.")  # fmt: skip
     flags.DEFINE_enum("model", "minilm", sorted(MODELS), "The export's widths: all-MiniLM-L6-v2's "

@@ -41,7 +41,13 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer's ops, which TF Serving bundles)
 from absl import app, flags
 
-from benchmarks import onednn_enabled, peer_worker, served_sentence_export
+import benchmarks
+from benchmarks import (
+    define_served_export_flags,
+    onednn_enabled,
+    peer_worker,
+    served_sentence_export,
+)
 from benchmarks.profiling import session_calls
 
 
@@ -142,11 +148,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.DEFINE_string("export", None, "The SavedModel version folder of a single-sentence "
-                        "classifier's export (default: the newest under exported/sst-2, the "
-                        "quick start's).")  # fmt: skip
-    flags.DEFINE_integer("sentences", 32, "SST-2 dev sentences served, one a call, per pass.",
-                         lower_bound=1)  # fmt: skip
+    define_served_export_flags("single-sentence", sentences=32, per="pass")
+    flags.adopt_module_key_flags(benchmarks)  # so that --help lists them
     flags.DEFINE_integer("passes", 3, "Passes over the sentences, untraced and then traced; a "
                          "product's fastest pass is taken over these.", lower_bound=1)  # fmt: skip
     flags.DEFINE_integer("top", 12, "Op types listed in op_ms_by_type, the largest first.",
