@@ -124,21 +124,28 @@ def define_forms_flags(layers=True):
         flags.DEFINE_integer("layers", 12, "Encoder blocks (BERT-base has 12).")
 
 
+def time_calls(jobs, rounds):
+    """{name: median seconds a call} of `jobs` ({name: (function, calls a round)}): each called
+    once first (TensorFlow prepares a graph, and oneDNN builds its kernels, on its first run),
+    then its calls a round, the jobs in alternating order, `rounds` rounds."""
+
+    def repeated(run, calls):
+        for _ in range(calls):
+            run()
+
+    for run, _ in jobs.values():
+        run()
+    seconds = time_alternating({name: functools.partial(repeated, run, calls)
+                                for name, (run, calls) in jobs.items()}, rounds)  # fmt: skip
+    return {name: statistics.median(times) / jobs[name][1] for name, times in seconds.items()}
+
+
 def time_forms(forms):
     """{name: median seconds a call} of `forms` ({name: function returning a tensor}), as the
-    flags of `define_forms_flags` ask: each called once first (oneDNN builds its kernels on a
-    graph's first run), then `--steps` calls a round, the forms in alternating order."""
+    flags of `define_forms_flags` ask: `--steps` calls a round, `--rounds` rounds (time_calls)."""
     steps = flags.FLAGS.steps
-
-    def timed(form):
-        for _ in range(steps):
-            form().numpy()
-
-    for form in forms.values():
-        form().numpy()
-    rounds = time_alternating({name: functools.partial(timed, form)
-                               for name, form in forms.items()}, flags.FLAGS.rounds)  # fmt: skip
-    return {name: statistics.median(seconds) / steps for name, seconds in rounds.items()}
+    return time_calls({name: (lambda form=form: form().numpy(), steps)
+                       for name, form in forms.items()}, flags.FLAGS.rounds)  # fmt: skip
 
 
 def random_token_ids(rng, batch, seq):

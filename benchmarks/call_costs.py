@@ -21,18 +21,12 @@ this script imports TensorFlow before keras_bert, which then leaves it.
 """
 
 import json
-import statistics
 
 import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from benchmarks import (
-    checked_column_parts,
-    onednn_enabled,
-    positive_integers,
-    time_alternating,
-)
+from benchmarks import checked_column_parts, onednn_enabled, positive_integers, time_calls
 from benchmarks.ceiling import MODELS
 
 FLAGS = flags.FLAGS
@@ -109,14 +103,6 @@ def call_jobs():
     return jobs
 
 
-def repeated(job, times):
-    def run():
-        for _ in range(times):
-            job()
-
-    return run
-
-
 def main(argv):
     del argv
     from keras_bert import BertConfig
@@ -127,19 +113,14 @@ def main(argv):
     shapes = product_shapes(config, FLAGS.column_parts)
     jobs = weight_jobs(shapes, rows, FLAGS.weights, np.random.default_rng(0))
     calls = call_jobs()
-    timed = {**{job: repeated(run, FLAGS.steps) for job, run in jobs.items()},
-             **{job: repeated(run, FLAGS.calls) for job, run in calls.items()}}  # fmt: skip
-    for run in jobs.values():
-        run()  # TensorFlow prepares a callable's graph on its first call
-    for run in calls.values():
-        run()
-    seconds = {job: statistics.median(s) for job, s in
-               time_alternating(timed, FLAGS.rounds).items()}  # fmt: skip
-    per_weight = 1e6 / (FLAGS.steps * FLAGS.weights)
+    seconds = time_calls({**{job: (run, FLAGS.steps) for job, run in jobs.items()},
+                          **{job: (run, FLAGS.calls) for job, run in calls.items()}},
+                         FLAGS.rounds)  # fmt: skip
+    per_weight = 1e6 / FLAGS.weights  # each product or read job's call runs every weight once
     product_us = {name: {str(n): round(seconds[f"product {name} {n}"] * per_weight, 1)
                          for n in rows} for name in shapes}  # fmt: skip
     read_us = {name: round(seconds[f"read {name}"] * per_weight, 1) for name in shapes}
-    call_us = {job: round(seconds[job] * 1e6 / FLAGS.calls, 1) for job in calls}
+    call_us = {job: round(seconds[job] * 1e6, 1) for job in calls}
     report = {
         "model": FLAGS.model, "column_parts": FLAGS.column_parts, "weights": FLAGS.weights,
         "rounds": FLAGS.rounds, "onednn": onednn_enabled(),
