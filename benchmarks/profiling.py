@@ -44,14 +44,15 @@ def session_calls(logdir):
     for plane in _trace(logdir).planes:
         threads = [line.name for line in plane.lines if line.name.startswith("tf_Compute")]
         for line in plane.lines:
+            thread = threads.index(line.name) if line.name in threads else None
             base = line.timestamp_ns * 1000  # picoseconds, as the events' offsets
             for event in line.events:
                 name = plane.event_metadata[event.metadata_id].name
                 start = (base + event.offset_ps) / 1e6
                 end = start + event.duration_ps / 1e6
-                if line.name in threads and _is_op(name):
+                if thread is not None and _is_op(name):
                     node, op_type = name.rsplit(":", 1)
-                    ops.append((start, end, threads.index(line.name), node, op_type))
+                    ops.append((start, end, thread, node, op_type))
                 elif name.startswith("SessionRun"):
                     calls.append((start, end))
     calls.sort()
