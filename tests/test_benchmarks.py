@@ -447,6 +447,13 @@ def test_the_onednn_kernels_bench_names_each_products_kernel():
     if "AVX-512" in isa or "bfloat16" in isa:
         assert list(ceiling["by_kind"]) == ["matmul"], (isa, ceiling["by_kind"])
         assert ceiling["by_kind"]["matmul"]["calls_per_step"] == 8
+        # The bfloat16 forward (mixed precision) fuses as the float32 one does: six inner
+        # products, the up product with its exact GELU (oneDNN's gelu_erf).
+        mixed = bench_report("onednn_kernels", "--precision=bfloat16", "--layers=1",
+                             "--batch_size=2", "--seq_length=16", "--steps=2")  # fmt: skip
+        assert mixed["by_kind"]["inner_product"]["calls_per_step"] == 6, mixed["by_kind"]
+        gelu = [row for row in mixed["by_shape"] if "eltwise_gelu_erf" in row]
+        assert len(gelu) == 1 and "mb32ic768oc3072" in gelu[0], mixed["by_shape"]
     else:
         # Otherwise (AVX2 alone, say) TensorFlow gives oneDNN no bfloat16 product: its own
         # kernel runs each one as float32 GEMM calls on blocks of it, many a product.
