@@ -123,8 +123,10 @@ class ServableModel(keras.Model):
         exports do. Measured with the quick start's float32 export against the same without:
         batches of 32 SST-2 dev sentences 1.08x to 1.10x as fast with oneDNN off (TensorFlow's
         default on a CPU with AVX2 alone), 1.01x to 1.04x with it on; single sentences 0.97x
-        to 1.00x (benchmarks/RESULTS.md). 16-bit exports, for CPUs with AMX, were not
-        measured with buckets here, so they go without unless asked.
+        to 1.00x (benchmarks/RESULTS.md). 16-bit exports go without unless asked: the quick
+        start's bfloat16 export with them, on an AMD CPU with AVX512-BF16 (oneDNN on, frozen
+        weights), served batches of 32 at 1.05x to 1.09x and single sentences at 0.92x to 0.95x,
+        and single sentences are where that export's lead over PyTorch is the smaller.
 
         A head never trained (`head_is_untrained`) is refused, unless `allow_untrained_head`
         (an export to time or to test a server with, whose answers mean nothing)."""
