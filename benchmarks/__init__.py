@@ -85,9 +85,13 @@ def define_served_export_flags(kind, sentences, per):
 
 def served_sentence_export():
     """--export (default: the quick start's newest) loaded as TF Serving loads it, one thread an
-    op (`keras_bert/tf_serving.py`): (its path, the loaded export); a usage error unless it is a
-    SavedModel that takes one sentence."""
+    op (`keras_bert/tf_serving.py`), and the first --sentences SST-2 dev sentences as its
+    requests: (its path, the loaded export, [one-sentence string array]); a usage error unless
+    it is a SavedModel that takes one sentence."""
+    import numpy as np
     import tensorflow as tf
+
+    from benchmarks import peer_worker
 
     export = flags.FLAGS.export or newest_export("sst-2")
     if not tf.saved_model.contains_saved_model(export):
@@ -96,7 +100,8 @@ def served_sentence_export():
     if served.input_names != ["sentence"]:
         raise app.UsageError(f"--export={export} takes {served.input_names}, not one sentence: "
                              "export a single-sentence classifier, such as the quick start's")
-    return export, served
+    sentences = peer_worker.sst2("dev")[0][: flags.FLAGS.sentences]
+    return export, served, [np.array([sentence], dtype=object) for sentence in sentences]
 
 
 def define_shape_flags():

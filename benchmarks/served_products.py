@@ -29,7 +29,6 @@ from benchmarks import (
     checked_column_parts,
     define_served_export_flags,
     onednn_enabled,
-    peer_worker,
     positive_integers,
     served_sentence_export,
     time_alternating,
@@ -82,13 +81,11 @@ def main(argv):
     from keras_bert import BertConfig
 
     FLAGS = flags.FLAGS
-    export, served = served_sentence_export()
+    export, served, calls = served_sentence_export()
     config = BertConfig(num_hidden_layers=FLAGS.layers, **MODELS[FLAGS.model])
     checked_column_parts(config)
     dtype = export_precision(export, config, FLAGS.column_parts)
     lengths = positive_integers("seq_lengths", "give whole numbers of tokens, at least 1")
-    sentences = peer_worker.sst2("dev")[0][: FLAGS.sentences]
-    calls = [np.array([sentence], dtype=object) for sentence in sentences]
     jobs = {"export": lambda: [served(sentence=call) for call in calls]}
     for seq in lengths:
         products = products_alone(config, seq, FLAGS.column_parts, dtype)

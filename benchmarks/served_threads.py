@@ -36,7 +36,6 @@ import json
 import tempfile
 import time
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer's ops, which TF Serving bundles)
 from absl import app, flags
@@ -45,7 +44,6 @@ import benchmarks
 from benchmarks import (
     define_served_export_flags,
     onednn_enabled,
-    peer_worker,
     served_sentence_export,
 )
 from benchmarks.profiling import session_calls
@@ -120,9 +118,8 @@ def summary(calls, passes, top):
 def main(argv):
     del argv
     FLAGS = flags.FLAGS
-    export, served = served_sentence_export()
-    sentences = peer_worker.sst2("dev")[0][: FLAGS.sentences]
-    calls = [np.array([sentence], dtype=object) for sentence in sentences] * FLAGS.passes
+    export, served, sentences = served_sentence_export()
+    calls = sentences * FLAGS.passes
 
     def serve():
         for call in calls:
