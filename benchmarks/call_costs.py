@@ -1,16 +1,21 @@
 """What a served single sentence pays besides its products' arithmetic, in TensorFlow sessions set
 up as TF Serving runs a request (one thread an op), as JSON:
 
-    python -m benchmarks.call_costs [--model=minilm --column_parts=2 --rows=1,13,25 --weights=24]
+    python -m benchmarks.call_costs [--model=minilm --column_parts=2 --rows=1,13,25 --weights=24
+                                     --precision=float32]
 
-- `product_us`: one float32 product of each shape a served block computes (in `--column_parts`
-  parts, as an export computes them: a part's query, key and value in one product, its share of
-  the feed-forward's up and down products) on each of `--rows` rows, microseconds a product.
+- `product_us`: one product of each shape a served block computes, with its bias (in
+  `--column_parts` parts, as an export computes them: a part's query, key and value in one
+  product, its share of the feed-forward's up and down products) on each of `--rows` rows,
+  microseconds a product, its inputs and weights in `--precision` (a bfloat16 export stores its
+  weights in bfloat16; run with `TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1`, as such an export is best
+  served, to time them as it runs them).
   Each job runs `--weights` weights of its shape in turn, more than the CPU's caches hold, so
   that each comes from memory as a served sentence's weights do. Each product's first value is
   summed, so that none is pruned from the graph: one small op a product is in its time.
 - `read_us`: a bare sum over the same weights (`reduce_sum`), microseconds a weight: what reading
-  them takes; `read_gb_s` its rate, and `one_row_over_read` a one-row product's time over it.
+  them takes; `read_gb_s` its rate (2 bytes a weight in bfloat16, 4 in float32), and
+  `one_row_over_read` a one-row product's time over it.
 - `call_us`: a session call of a graph of one small op, on the session's inter-op threads (as TF
   Serving runs a request: the caller hands the graph to them and waits) and on the caller's own
   thread (`inter_op_parallelism_threads=-1`); `handoffs_us` the difference.
@@ -39,6 +44,9 @@ flags.DEFINE_list("rows", ["1", "13", "25"], "Rows (a sentence's tokens) of each
                   "the serving bench's single SST-2 dev sentences average 24.5 of MiniLM's.")
 flags.DEFINE_integer("weights", 24, "Weights of each shape a job runs in turn; enough that they "
                      "outgrow the CPU's caches.", lower_bound=1)
+flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16"], "The products' inputs and "
+                  "weights: float32 (a float32 export) or bfloat16 (a bfloat16 export's stored "
+                  "weights).")
 flags.DEFINE_integer("rounds", 9, "Rounds; each times every job.", lower_bound=1)
 flags.DEFINE_integer("steps", 3, "Session calls a product or read job is timed over, a round.",
                      lower_bound=1)
@@ -54,22 +62,27 @@ def product_shapes(config, parts):
             f"down {inner // parts}x{hidden}": (inner // parts, hidden)}  # fmt: skip
 
 
-def weight_jobs(shapes, rows, count, rng):
+def weight_jobs(shapes, rows, count, rng, dtype=tf.float32):
     """{job: callable} running, in a session of their own with one thread an op and one op at a
     time, `count` products of each shape on each of `rows` rows ("product shape rows"), and
-    `count` bare sums over the same weights ("read shape")."""
+    `count` bare sums over the same weights ("read shape"), all in `dtype`."""
     graph, fetches, feeds = tf.Graph(), {}, {}
     with graph.as_default():
         for name, (inputs, outputs) in shapes.items():
+            numbers = dtype.as_numpy_dtype
             weights = [tf.Variable((rng.standard_normal((inputs, outputs)) / np.sqrt(inputs))
-                                   .astype(np.float32)) for _ in range(count)]  # fmt: skip
+                                   .astype(numbers)) for _ in range(count)]  # fmt: skip
+            biases = [tf.Variable((rng.standard_normal(outputs) * 0.02).astype(numbers))
+                      for _ in range(count)]  # fmt: skip
             fetches[f"read {name}"] = tf.add_n([tf.reduce_sum(w.read_value()) for w in weights])
             for n in rows:
-                x = tf.compat.v1.placeholder(tf.float32, (None, inputs))
+                x = tf.compat.v1.placeholder(dtype, (None, inputs))
                 feeds[f"product {name} {n}"] = (x, rng.standard_normal((n, inputs)).astype(
-                    np.float32))  # fmt: skip
+                    numbers))  # fmt: skip
+                # With its bias, as an export computes it: Grappler fuses the two into one op.
                 fetches[f"product {name} {n}"] = tf.add_n(
-                    [tf.matmul(x, w.read_value())[0, 0] for w in weights])
+                    [tf.nn.bias_add(tf.matmul(x, w.read_value()), b.read_value())[0, 0]
+                     for w, b in zip(weights, biases)])  # fmt: skip
         initialize = tf.compat.v1.global_variables_initializer()
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1,
                                       inter_op_parallelism_threads=1)  # fmt: skip
@@ -111,7 +124,8 @@ def main(argv):
     checked_column_parts(config)
     rows = positive_integers("rows", "give positive whole numbers")
     shapes = product_shapes(config, FLAGS.column_parts)
-    jobs = weight_jobs(shapes, rows, FLAGS.weights, np.random.default_rng(0))
+    dtype = tf.as_dtype(FLAGS.precision)
+    jobs = weight_jobs(shapes, rows, FLAGS.weights, np.random.default_rng(0), dtype)
     calls = call_jobs()
     seconds = time_calls({**{job: (run, FLAGS.steps) for job, run in jobs.items()},
                           **{job: (run, FLAGS.calls) for job, run in calls.items()}},
@@ -123,9 +137,9 @@ def main(argv):
     call_us = {job: round(seconds[job] * 1e6, 1) for job in calls}
     report = {
         "model": FLAGS.model, "column_parts": FLAGS.column_parts, "weights": FLAGS.weights,
-        "rounds": FLAGS.rounds, "onednn": onednn_enabled(),
+        "precision": FLAGS.precision, "rounds": FLAGS.rounds, "onednn": onednn_enabled(),
         "product_us": product_us, "read_us": read_us,
-        "read_gb_s": {name: round(4 * i * o / (read_us[name] * 1e3), 1)
+        "read_gb_s": {name: round(dtype.size * i * o / (read_us[name] * 1e3), 1)
                       for name, (i, o) in shapes.items()},
         "one_row_over_read": ({name: round(product_us[name]["1"] / read_us[name], 2)
                                for name in shapes} if 1 in rows else None),

@@ -564,25 +564,31 @@ def test_the_served_threads_bench_cuts_each_served_call_by_the_threads_in_an_op(
     assert f"--export={tmp_path / 'none'} holds no SavedModel" in missing.stderr
 
 
-def test_the_call_costs_bench_times_products_reads_and_calls():
+@pytest.mark.parametrize("precision, width", [("float32", 4), ("bfloat16", 2)])
+def test_the_call_costs_bench_times_products_reads_and_calls(precision, width):
     report = bench_report("call_costs", "--rows=1,3", "--weights=2", "--rounds=1", "--steps=1",
-                          "--calls=3")  # fmt: skip
+                          "--calls=3", f"--precision={precision}")  # fmt: skip
     # A served MiniLM's column-part products by default: 2 parts of 12 heads, hidden 384.
     shapes = {"query_key_value 384x576": 384 * 576, "up 384x768": 384 * 768,
               "down 768x384": 768 * 384}  # fmt: skip
     assert sorted(report["product_us"]) == sorted(report["read_us"]) == sorted(shapes)
     assert report["model"] == "minilm" and report["column_parts"] == 2 and report["weights"] == 2
+    assert report["precision"] == precision
     for name, size in shapes.items():
         products, read = report["product_us"][name], report["read_us"][name]
         assert sorted(products) == ["1", "3"] and min(products.values()) > 0 and read > 0
         assert math.isclose(report["one_row_over_read"][name], products["1"] / read,
                             rel_tol=0.01, abs_tol=0.01)  # fmt: skip
-        assert math.isclose(report["read_gb_s"][name], 4 * size / (read * 1e3), rel_tol=0.01,
-                            abs_tol=0.1)  # fmt: skip
+        # The rate counts the bytes a weight takes in the precision timed.
+        assert math.isclose(report["read_gb_s"][name], width * size / (read * 1e3),
+                            rel_tol=0.01, abs_tol=0.1)  # fmt: skip
     calls = report["call_us"]
     assert sorted(calls) == ["caller_thread", "inter_op_threads"] and min(calls.values()) > 0
     assert math.isclose(report["handoffs_us"],
                         calls["inter_op_threads"] - calls["caller_thread"], abs_tol=0.11)
+
+
+def test_the_call_costs_bench_refuses_rows_that_are_not_positive():
     bad = subprocess.run([sys.executable, "-m", "benchmarks.call_costs", "--rows=1,0"], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)  # fmt: skip
     assert bad.returncode == 1 and "--rows=1,0: give positive whole numbers" in bad.stderr
