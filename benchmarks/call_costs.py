@@ -62,14 +62,14 @@ def product_shapes(config, parts):
             f"down {inner // parts}x{hidden}": (inner // parts, hidden)}  # fmt: skip
 
 
-def weight_jobs(shapes, rows, count, rng, dtype=tf.float32):
+def weight_jobs(shapes, rows, count, rng, dtype):
     """{job: callable} running, in a session of their own with one thread an op and one op at a
     time, `count` products of each shape on each of `rows` rows ("product shape rows"), and
     `count` bare sums over the same weights ("read shape"), all in `dtype`."""
     graph, fetches, feeds = tf.Graph(), {}, {}
+    numbers = dtype.as_numpy_dtype
     with graph.as_default():
         for name, (inputs, outputs) in shapes.items():
-            numbers = dtype.as_numpy_dtype
             weights = [tf.Variable((rng.standard_normal((inputs, outputs)) / np.sqrt(inputs))
                                    .astype(numbers)) for _ in range(count)]  # fmt: skip
             biases = [tf.Variable((rng.standard_normal(outputs) * 0.02).astype(numbers))
