@@ -6,13 +6,15 @@ up as TF Serving runs a request (one thread an op), as JSON:
 
 - `product_us`: one product of each shape a served block computes, with its bias (in
   `--column_parts` parts, as an export computes them: a part's query, key and value in one
-  product, its share of the feed-forward's up and down products) on each of `--rows` rows,
-  microseconds a product, its inputs and weights in `--precision` (a bfloat16 export stores its
-  weights in bfloat16; run with `TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1`, as such an export is best
-  served, to time them as it runs them).
+  product, its share of attention's output product and of the feed-forward's up and down
+  products, the last two a share of their rows in float32 and of their columns in bfloat16) on
+  each of `--rows` rows, microseconds a product, its inputs and weights in `--precision` (a
+  bfloat16 export stores its weights in bfloat16; run with `TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1`,
+  as such an export is best served, to time them as it runs them).
   Each job runs `--weights` weights of its shape in turn, more than the CPU's caches hold, so
-  that each comes from memory as a served sentence's weights do. Each product's first value is
-  summed, so that none is pruned from the graph: one small op a product is in its time.
+  that each comes from memory: the most a served sentence's weights can cost (some of them may
+  still be in the caches when it reads them). Each product's first value is summed, so that
+  none is pruned from the graph: one small op a product is in its time.
 - `read_us`: a bare sum over the same weights (`reduce_sum`), microseconds a weight: what reading
   them takes; `read_gb_s` its rate (2 bytes a weight in bfloat16, 4 in float32), and
   `one_row_over_read` a one-row product's time over it.
@@ -54,12 +56,23 @@ flags.DEFINE_integer("calls", 200, "Session calls a call job is timed over, a ro
                      lower_bound=1)
 
 
-def product_shapes(config, parts):
-    """{name: (inputs, outputs)} of the products one column part of a served block computes."""
+def product_shapes(config, parts, dtype):
+    """{name: (inputs, outputs)} of the products one column part of a served block computes in
+    `dtype`: attention's output and the feed-forward's down product take a share of their rows
+    in float32 and of their columns in bfloat16 (`column_parts.splits_rows`)."""
+    from keras_bert.column_parts import splits_rows
+
     hidden, inner = config.hidden_size, config.intermediate_size
-    return {f"query_key_value {hidden}x{3 * hidden // parts}": (hidden, 3 * hidden // parts),
-            f"up {hidden}x{inner // parts}": (hidden, inner // parts),
-            f"down {inner // parts}x{hidden}": (inner // parts, hidden)}  # fmt: skip
+    shares = {"query_key_value": (hidden, 3 * hidden), "attention_output": (hidden, hidden),
+              "up": (hidden, inner), "down": (inner, hidden)}  # fmt: skip
+    shapes = {}
+    for name, (inputs, outputs) in shares.items():
+        if name in ("attention_output", "down") and splits_rows(dtype.name):
+            inputs //= parts
+        else:
+            outputs //= parts
+        shapes[f"{name} {inputs}x{outputs}"] = (inputs, outputs)
+    return shapes
 
 
 def weight_jobs(shapes, rows, count, rng, dtype):
@@ -123,8 +136,8 @@ def main(argv):
     config = BertConfig(**MODELS[FLAGS.model])
     checked_column_parts(config)
     rows = positive_integers("rows", "give positive whole numbers")
-    shapes = product_shapes(config, FLAGS.column_parts)
     dtype = tf.as_dtype(FLAGS.precision)
+    shapes = product_shapes(config, FLAGS.column_parts, dtype)
     jobs = weight_jobs(shapes, rows, FLAGS.weights, np.random.default_rng(0), dtype)
     calls = call_jobs()
     seconds = time_calls({**{job: (run, FLAGS.steps) for job, run in jobs.items()},

@@ -90,6 +90,12 @@ class DenseRows(tf.Module):
         return tf.add_n(partials)
 
 
+def splits_rows(compute_dtype):
+    """Whether a product that ColumnParts names in `rows` splits its rows in this compute dtype:
+    in float32 alone. A 16-bit product keeps column blocks, whose parts need no sum."""
+    return compute_dtype == "float32"
+
+
 class ColumnParts(tf.Module):
     """A layer's dense products, each split in `count` parts, by sublayer name: what
     `split_columns` gives a block or its attention. Each is split into column blocks
@@ -103,7 +109,7 @@ class ColumnParts(tf.Module):
         super().__init__(name="column_parts")
         self.count = count
         self.columns = {
-            name: (DenseRows if name in rows and dense.compute_dtype == "float32"
+            name: (DenseRows if name in rows and splits_rows(dense.compute_dtype)
                    else DenseColumns)(dense, count)
             for name, dense in denses.items()
         }  # fmt: skip
