@@ -4,7 +4,9 @@ kernel times from its verbose lines (no flags: tests import it too)."""
 import bisect
 import collections
 import glob
+import re
 
+import numpy as np
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 
@@ -66,12 +68,10 @@ def session_calls(logdir):
 START, END = "onednn_kernels: start", "onednn_kernels: end"
 
 
-def kernel_times(lines, steps, top):
-    """oneDNN's verbose lines between the markers as per-step sums (the `top` shapes), and its
-    CPU line."""
-    by_kind, by_implementation, by_shape = (collections.Counter() for _ in range(3))
-    calls = collections.Counter()
-    isa, inside = None, False
+def _kernel_runs(lines):
+    """(CPU line, [(kind, implementation, post-ops, shape, milliseconds)] of each kernel run
+    between the markers) from oneDNN's verbose lines."""
+    runs, isa, inside = [], None, False
     for line in lines:
         line = line.strip()
         if line in (START, END):
@@ -92,7 +92,17 @@ def kernel_times(lines, steps, top):
         kind, implementation, attributes = fields[at + 2], fields[at + 3], fields[at + 6]
         post_ops = [a[len("attr-post-ops:"):] for a in attributes.split()
                     if a.startswith("attr-post-ops:")]  # fmt: skip
-        shape, ms = fields[-2], float(fields[-1])
+        runs.append((kind, implementation, post_ops, fields[-2], float(fields[-1])))
+    return isa, runs
+
+
+def kernel_times(lines, steps, top):
+    """oneDNN's verbose lines between the markers as per-step sums (the `top` shapes), and its
+    CPU line."""
+    by_kind, by_implementation, by_shape = (collections.Counter() for _ in range(3))
+    calls = collections.Counter()
+    isa, runs = _kernel_runs(lines)
+    for kind, implementation, post_ops, shape, ms in runs:
         named = " ".join(name for name in (kind, implementation) if name)  # gemm_api has none
         row = " ".join([named, shape, *post_ops])
         for times, key in ((by_kind, kind), (by_implementation, named), (by_shape, row)):
@@ -106,3 +116,38 @@ def kernel_times(lines, steps, top):
     return {"cpu_isa": isa, "ms_per_step": round(sum(by_kind.values()) / steps, 3),
             "by_kind": table(by_kind), "by_implementation": table(by_implementation),
             "by_shape": table(by_shape, top)}  # fmt: skip
+
+
+def inner_product_rows(lines, steps):
+    """oneDNN's inner products between the markers, by their weights' shape and post-ops
+    ("ic384oc768 eltwise_gelu_erf"), each fitted over the rows it ran on (its `mb`, a served
+    sentence's tokens): {shape: {"calls_per_step", "mean_rows", "mean_us", "fixed_us",
+    "us_per_row", "fixed_share"}}. The fit is a line through each row count's median time,
+    weighted by that count's calls: `fixed_us` what a product costs whatever its rows (reading
+    its weights, starting the kernel), `us_per_row` what each row adds, `fixed_share` the fixed
+    cost over the mean product's time. Both are None for a shape seen at one row count."""
+    times = collections.defaultdict(lambda: collections.defaultdict(list))
+    for kind, _, post_ops, shape, ms in _kernel_runs(lines)[1]:
+        match = re.fullmatch(r"mb(\d+)(\D.*)", shape)
+        if kind == "inner_product" and match:
+            weights = " ".join([match.group(2), *post_ops])
+            times[weights][int(match.group(1))].append(ms * 1e3)
+    report = {}
+    for weights, by_rows in sorted(times.items()):
+        rows = np.array(sorted(by_rows), dtype=float)
+        calls = np.array([len(by_rows[n]) for n in sorted(by_rows)], dtype=float)
+        medians = np.array([np.median(by_rows[n]) for n in sorted(by_rows)])
+        mean_rows = float(np.average(rows, weights=calls))
+        mean_us = sum(sum(us) for us in by_rows.values()) / calls.sum()
+        fixed = per_row = share = None
+        if len(rows) > 1:
+            weight = np.sqrt(calls)
+            fit = np.linalg.lstsq(np.stack([weight, rows * weight], axis=1), medians * weight,
+                                  rcond=None)[0]  # fmt: skip
+            fixed, per_row = round(float(fit[0]), 2), round(float(fit[1]), 3)
+            share = round(float(fit[0]) / mean_us, 3)
+        report[weights] = {"calls_per_step": float(calls.sum() / steps),
+                           "mean_rows": round(mean_rows, 1), "mean_us": round(mean_us, 2),
+                           "fixed_us": fixed, "us_per_row": per_row,
+                           "fixed_share": share}  # fmt: skip
+    return report

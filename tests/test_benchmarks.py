@@ -461,6 +461,70 @@ def test_the_onednn_kernels_bench_names_each_products_kernel():
         assert ceiling["by_kind"]["gemm_api"]["calls_per_step"] > 8
 
 
+def test_inner_products_are_fitted_over_the_rows_they_ran_on():
+    from benchmarks.profiling import END, START, inner_product_rows
+
+    def run(kind, shape, ms, post_ops=""):
+        return (f"onednn_verbose,v1,primitive,exec,cpu,{kind},brgemm:avx512_core_bf16,"
+                f"forward_inference,src:bf16::blocked:ab::f0,attr-scratchpad:user{post_ops},,"
+                f"{shape},{ms}")  # fmt: skip
+
+    # ic8oc4 costs 10 us plus 2 a row: on 1, 3 and 5 rows (5 rows twice: its median counts,
+    # weighted by its two calls). ic8oc4 with a GELU is another shape, run on one row count.
+    lines = [run("inner_product", "mb1ic8oc4", 0.012), START,
+             run("inner_product", "mb1ic8oc4", 0.012), run("inner_product", "mb3ic8oc4", 0.016),
+             run("inner_product", "mb5ic8oc4", 0.019), run("inner_product", "mb5ic8oc4", 0.021),
+             run("inner_product", "mb2ic8oc4", 0.5, " attr-post-ops:eltwise_gelu_erf"),
+             run("matmul", "2x8:8x4", 0.3), END,
+             run("inner_product", "mb9ic8oc4", 9.0)]  # fmt: skip
+    report = inner_product_rows(lines, steps=2)
+    assert sorted(report) == ["ic8oc4", "ic8oc4 eltwise_gelu_erf"]
+    fit = report["ic8oc4"]
+    assert fit["calls_per_step"] == 2.0 and fit["mean_rows"] == 3.5
+    assert fit["mean_us"] == round((12 + 16 + 19 + 21) / 4, 2)
+    assert math.isclose(fit["fixed_us"], 10, abs_tol=0.01)
+    assert math.isclose(fit["us_per_row"], 2, abs_tol=0.001)
+    assert fit["fixed_share"] == round(fit["fixed_us"] / fit["mean_us"], 3)
+    # One row count fits no line.
+    assert report["ic8oc4 eltwise_gelu_erf"] == {
+        "calls_per_step": 0.5, "mean_rows": 2.0, "mean_us": 500.0, "fixed_us": None,
+        "us_per_row": None, "fixed_share": None}
+
+
+def test_the_onednn_kernels_bench_fits_a_served_exports_products(tiny_checkpoint, tmp_path):
+    import keras_bert
+
+    path = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint).export(
+        str(tmp_path / "m"), allow_untrained_head=True)  # timed, not scored
+    # oneDNN on, whatever TensorFlow's default for this CPU: with it off there is no kernel.
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1"}
+    bench = subprocess.run([sys.executable, "-m", "benchmarks.onednn_kernels", "--form=served",
+                            f"--export={path}", "--sentences=4", "--steps=2"], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    report = json.loads(bench.stdout)
+    assert (report["form"], report["export"]) == ("served", path)
+    assert (report["sentences"], report["passes"], report["steps"]) == (4, 2, 8)
+    # The tiny model's blocks (hidden 12, feed-forward 38, 2 heads) in 2 column parts: a
+    # call computes each part's query, key and value (12 x 18) in the first block, its up
+    # product with the GELU (12 x 19) in both blocks, and the classifier's product on [CLS].
+    # (A float32 export's attention output and down products sum partial products of their
+    # rows, of which oneDNN runs those carrying a bias as inner products, the others as GEMM.)
+    fits = report["inner_products_by_rows"]
+    assert fits["ic12oc18"]["calls_per_step"] == 2, fits
+    assert fits["ic12oc19 eltwise_gelu_erf"]["calls_per_step"] == 4, fits
+    assert fits["ic12oc2"]["calls_per_step"] == 1 and fits["ic12oc2"]["mean_rows"] == 1, fits
+    # The first block's products run on every token: on each sentence's own count.
+    assert fits["ic12oc18"]["mean_rows"] > 1 and fits["ic12oc18"]["us_per_row"] is not None
+    assert math.isclose(report["by_kind"]["inner_product"]["calls_per_step"],
+                        sum(fit["calls_per_step"] for fit in fits.values()))  # fmt: skip
+    missing = subprocess.run([sys.executable, "-m", "benchmarks.onednn_kernels", "--form=served",
+                              f"--export={tmp_path / 'none'}"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=600)  # fmt: skip
+    assert missing.returncode == 1
+    assert f"--export={tmp_path / 'none'} holds no SavedModel" in missing.stderr
+
+
 def test_the_served_products_bench_times_an_export_against_its_products_alone(minilm_dir,
                                                                                tmp_path):  # fmt: skip
     import keras
