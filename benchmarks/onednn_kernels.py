@@ -28,9 +28,9 @@ shape fitted over the rows it ran on (a sentence's tokens), what it costs whatev
 `benchmarks.call_costs --rows=512` gives a large batch's, for comparison). All of a bfloat16
 export's products run as inner products; of a float32 export's partial products of rows (its
 attention output and down products) oneDNN runs some on its GEMM function (`gemm_api`, in
-`by_kind`, outside the fit). TensorFlow's oneDNN
-setting is then the environment's, as in TF Serving (with oneDNN off there is nothing to
-report); set TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 for a bfloat16 export, as it is best served.
+`by_kind`, outside the fit). TensorFlow's oneDNN setting is then the environment's, as in TF
+Serving (with oneDNN off there is nothing to report); set TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 for a
+bfloat16 export, as it is best served.
 """
 
 import json

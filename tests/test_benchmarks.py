@@ -509,7 +509,7 @@ def test_the_onednn_kernels_bench_fits_a_served_exports_products(tiny_checkpoint
     # call computes each part's query, key and value (12 x 18) in the first block, its up
     # product with the GELU (12 x 19) in both blocks, and the classifier's product on [CLS].
     # (A float32 export's attention output and down products sum partial products of their
-    # rows, of which oneDNN runs those carrying a bias as inner products, the others as GEMM.)
+    # rows, which oneDNN runs in more than one form: not counted here.)
     fits = report["inner_products_by_rows"]
     assert fits["ic12oc18"]["calls_per_step"] == 2, fits
     assert fits["ic12oc19 eltwise_gelu_erf"]["calls_per_step"] == 4, fits
