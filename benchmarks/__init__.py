@@ -83,19 +83,26 @@ def define_served_export_flags(kind, sentences, per):
                          f"{per}.", lower_bound=1)  # fmt: skip
 
 
-def served_sentence_export():
-    """--export (default: the quick start's newest) loaded as TF Serving loads it, one thread an
-    op (`keras_bert/tf_serving.py`), and the first --sentences SST-2 dev sentences as its
-    requests: (its path, the loaded export, [one-sentence string array]); a usage error unless
-    it is a SavedModel that takes one sentence."""
-    import numpy as np
+def served_export_path():
+    """--export, or the quick start's newest export; a usage error unless it is a SavedModel."""
     import tensorflow as tf
-
-    from benchmarks import peer_worker
 
     export = flags.FLAGS.export or newest_export("sst-2")
     if not tf.saved_model.contains_saved_model(export):
         raise app.UsageError(f"--export={export} holds no SavedModel (saved_model.pb)")
+    return export
+
+
+def served_sentence_export():
+    """--export (`served_export_path`) loaded as TF Serving loads it, one thread an op
+    (`keras_bert/tf_serving.py`), and the first --sentences SST-2 dev sentences as its
+    requests: (its path, the loaded export, [one-sentence string array]); a usage error unless
+    it is a SavedModel that takes one sentence."""
+    import numpy as np
+
+    from benchmarks import peer_worker
+
+    export = served_export_path()
     served = tf_serving_module().LoadedLikeTfServing(export, intra_op_threads=1)
     if served.input_names != ["sentence"]:
         raise app.UsageError(f"--export={export} takes {served.input_names}, not one sentence: "

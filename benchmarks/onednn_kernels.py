@@ -44,7 +44,7 @@ import benchmarks
 from benchmarks import (
     define_forward_flags,
     define_served_export_flags,
-    newest_export,
+    served_export_path,
     stored_weights,
 )
 from benchmarks.profiling import END, START, inner_product_rows, kernel_times
@@ -118,9 +118,7 @@ def main(argv):
         return
     served = FLAGS.form == "served"
     if served:
-        export = FLAGS.export or newest_export("sst-2")
-        if not os.path.isfile(os.path.join(export, "saved_model.pb")):
-            raise app.UsageError(f"--export={export} holds no SavedModel (saved_model.pb)")
+        export = served_export_path()  # checked here, for a one-line error, not in the child
         child_flags = [*sys.argv[1:], f"--export={export}"]  # the last one given counts
     else:
         child_flags = sys.argv[1:]

@@ -134,9 +134,10 @@ def inner_product_rows(lines, steps):
             times[weights][int(match.group(1))].append(ms * 1e3)
     report = {}
     for weights, by_rows in sorted(times.items()):
-        rows = np.array(sorted(by_rows), dtype=float)
-        calls = np.array([len(by_rows[n]) for n in sorted(by_rows)], dtype=float)
-        medians = np.array([np.median(by_rows[n]) for n in sorted(by_rows)])
+        counts = sorted(by_rows)
+        rows = np.array(counts, dtype=float)
+        calls = np.array([len(by_rows[n]) for n in counts], dtype=float)
+        medians = np.array([np.median(by_rows[n]) for n in counts])
         mean_rows = float(np.average(rows, weights=calls))
         mean_us = sum(sum(us) for us in by_rows.values()) / calls.sum()
         fixed = per_row = share = None
