@@ -16,6 +16,9 @@
     python -m benchmarks.peers --bench=encoder --onednn_frozen_weights
                                                     # ... also the forward a bf16 export serves
     python -m benchmarks.peers --bench=finetune     # fine-tuning MiniLM on SST-2, examples/s
+    python -m benchmarks.peers --bench=learning --glue_dir=DIR
+                                                    # what fine-tuning learns on the same
+                                                    # data (benchmarks/learning.py)
     python -m benchmarks.peers --bench=products --threads=1,2
                                                     # a 25-token sentence's dense products alone
         [--widths=base --batch_size=1024]           # ... BERT-base's, at the encoder bench's
@@ -50,11 +53,11 @@ from absl import app, flags, logging
 
 from benchmarks import newest_export
 from benchmarks.peer_results import compare, summary
-from benchmarks.peer_worker import checkpoint_config
+from benchmarks.peer_worker import checkpoint_config, checkpoint_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("bench", "encoder",
-                  ["encoder", "tokenizer", "serving", "finetune", "products"],
+                  ["encoder", "tokenizer", "serving", "finetune", "products", "learning"],
                   "What to compare (see the module docstring).")  # fmt: skip
 flags.DEFINE_integer("rounds", 5, "Alternating rounds; each round times every job once a side.")
 flags.DEFINE_integer("batch_size", None, "Examples per call. Default: 8 for encoder, 32 for "
@@ -81,6 +84,16 @@ flags.DEFINE_enum("widths", "checkpoint", ["checkpoint", "base"], "products: the
                   "(hidden 768, 12 blocks; with --batch_size=1024 the shapes the encoder bench "
                   "trains and runs its forward on).")
 flags.DEFINE_string("output", None, "Also write the JSON report to this file.")
+flags.DEFINE_string("glue_dir", None, "learning: the GLUE folder, holding <task>/train.tsv "
+                    "and <task>/dev.tsv.")
+flags.DEFINE_enum("task", "SST-2", ["SST-2", "MRPC"], "learning: the GLUE task.")
+flags.DEFINE_list("sizes", ["512", "2000", "8000"], "learning: training examples, the last N "
+                  "of the training file; 'all' for every one.")
+flags.DEFINE_integer("seeds", 3, "learning: seeds per setting (0, 1, ...).")
+flags.DEFINE_list("recipes", ["plain", "library"], "learning: plain and/or library "
+                  "(benchmarks/learning.py says what each is).")
+flags.DEFINE_float("learning_rate", 5e-5, "learning: the (peak) learning rate.")
+flags.DEFINE_float("epochs", 1, "learning: passes over the training examples.")
 flags.DEFINE_list("threads", [], "Threads each side computes an op with (TensorFlow's "
                   "intra-op threads, torch.set_num_threads), the same on both sides; 0 is each "
                   "framework's own default (one per core). A list (1,0) measures every setting "
@@ -250,8 +263,30 @@ def agreement(opts):
     return None
 
 
+def learning_report():
+    from benchmarks import learning
+
+    return learning.main({
+        "task": FLAGS.task, "glue_dir": FLAGS.glue_dir, "sizes": FLAGS.sizes,
+        "recipes": FLAGS.recipes, "precisions": FLAGS.precisions, "seeds": FLAGS.seeds,
+        "checkpoint": checkpoint_folder({"checkpoint": FLAGS.checkpoint}), "learning_rate": FLAGS.learning_rate,
+        "batch_size": FLAGS.batch_size or 16, "epochs": FLAGS.epochs})  # fmt: skip
+
+
+def write_report(report):
+    text = json.dumps(report, indent=2)
+    if FLAGS.output:
+        tmp = f"{FLAGS.output}.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        os.replace(tmp, FLAGS.output)
+    print(text)
+
+
 def main(argv):
     del argv
+    if FLAGS.bench == "learning":
+        return write_report(learning_report())
     opts = options()
     prepare(opts)
     settings = opts["threads"]
@@ -298,11 +333,7 @@ def main(argv):
                 if "keras_bert" in ceiling and job in results:
                     rate = results[job]["keras_bert"]["per_s"]
                     report[f"{job}_of_ceiling{variant}"] = rate / ceiling["keras_bert"]["per_s"]
-    text = json.dumps(report, indent=2)
-    if FLAGS.output:
-        with open(FLAGS.output, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    print(text)
+    write_report(report)
 
 
 if __name__ == "__main__":

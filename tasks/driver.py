@@ -67,7 +67,8 @@ class TaskBinary:
         raise NotImplementedError
 
     def training_dataset(self, model, training):
-        """(a batched dataset of raw strings and targets, its steps per epoch)."""
+        """(a function making one pass of batched raw strings and targets, shuffled by --seed,
+        as a tf.data.Dataset; the steps of a pass)."""
         raise NotImplementedError
 
     def dev_callback(self, output_dir, write):
@@ -107,9 +108,9 @@ class TaskBinary:
         training = self.read_training()
         with strategy.scope():
             model = self.build_model(training)
-        dataset, steps_per_epoch = self.training_dataset(model, training)
+        make_dataset, steps_per_epoch = self.training_dataset(model, training)
         callback = self.dev_callback(output_dir, write)
-        trainer.fit(model, strategy, dataset, steps_per_epoch, [callback] if callback else [],
+        trainer.fit(model, strategy, make_dataset, steps_per_epoch, [callback] if callback else [],
                    output_dir)  # fmt: skip
         logging.info("saving the fine-tuned model to %s", os.path.join(run_dir, "model.keras"))
         trainer.save_run(run_dir, model)

@@ -10,6 +10,7 @@ With --do_predict, writes the test predictions in the GLUE submission format (<T
 
 import csv
 import dataclasses
+import functools
 import io
 import math
 import os
@@ -293,9 +294,9 @@ class GlueBinary(driver.TaskBinary):
     def training_dataset(self, model, training):
         common.log_truncated(model.preprocessor, [("train", training), *self.dev_splits.items()],
                              self.task.text_columns)  # fmt: skip
-        dataset = common.make_dataset(training, self.task.text_columns, FLAGS.train_batch_size,
-                                      training=True)  # fmt: skip
-        return dataset, int(np.ceil(len(training) / FLAGS.train_batch_size))
+        return (functools.partial(common.make_dataset, training, self.task.text_columns,
+                                  FLAGS.train_batch_size, training=True),
+                int(np.ceil(len(training) / FLAGS.train_batch_size)))  # fmt: skip
 
     def dev_callback(self, output_dir, write):
         if self.dev_sets:

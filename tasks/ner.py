@@ -17,6 +17,7 @@ predicts with the finished run in --output_dir.
 """
 
 import collections
+import functools
 import os
 
 import numpy as np
@@ -196,7 +197,7 @@ class NerBinary(driver.TaskBinary):
                 logging.warning("%d %s sentences have more than --max_seq_length=%d tokens "
                                 "([CLS] and [SEP] counted); their words past it are tagged O",
                                 cut, name, FLAGS.max_seq_length)  # fmt: skip
-        return (train_dataset(training, model, FLAGS.train_batch_size),
+        return (functools.partial(train_dataset, training, model, FLAGS.train_batch_size),
                 int(np.ceil(len(training) / FLAGS.train_batch_size)))  # fmt: skip
 
     def dev_callback(self, output_dir, write):

@@ -307,12 +307,14 @@ def main(argv):
     with strategy.scope():
         model = build_pretrainer()
         model.compile(create_optimizer())  # the model's losses and weighted accuracies
-    dataset = training_dataset(examples_of(strategy, model, data, shape))
+    def make_stream():
+        return training_dataset(examples_of(strategy, model, data, shape))
+
     # Backups every --save_checkpoints_steps (else --steps_per_loop) optimizer steps; a resumed
     # run goes on from the batch its backup stopped at and ends at --num_train_steps.
     accumulation = FLAGS.gradient_accumulation_steps
     loop = (FLAGS.save_checkpoints_steps or FLAGS.steps_per_loop) * accumulation  # batches
-    history = trainer.fit_resumably(model, strategy, dataset, loop,
+    history = trainer.fit_resumably(model, strategy, make_stream, loop,
                                    FLAGS.num_train_steps * accumulation, [], output_dir, loop)  # fmt: skip
     for fmt in (checkpoints.GOOGLE, checkpoints.HUGGING_FACE):
         model.save_checkpoint(os.path.join(target, fmt), fmt)

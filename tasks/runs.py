@@ -2,8 +2,9 @@
 
   settings.json               the flags that define the run's result, written when it starts
   .lock                       locked (flock) by the process writing to the folder
-  backup/latest.weights.h5    weights and optimizer state (whose step counter says where the
-                              run is), replaced atomically
+  backup/latest.weights.h5    weights, optimizer state (whose step counter says where the run
+                              is) and the state of the model's random draws (dropout masks),
+                              replaced atomically
 
 Started again with the same flags, a run resumes from its backup, or reports that it has
 finished; with other flags it is refused, naming them, unless --overwrite_output_dir.
@@ -20,7 +21,9 @@ import shutil
 import tempfile
 import time
 
+import h5py
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import app, logging
 
@@ -201,12 +204,50 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
             raise ValueError(f"the training loss is {float(loss)} at step {step}: {DIVERGED}")
 
 
+# Where a backup keeps the state of the model's random draws, beside Keras's weights.
+RANDOM_STATE = "keras_bert_random_state"
+
+
+def seed_generators(model):
+    """Every keras.random.SeedGenerator of the model's layers (dropout's, say), in the order of
+    its layers: the state of the random draws that training makes, which Keras's weights do
+    not hold."""
+    return [generator for layer in model._flatten_layers()
+            for generator in layer._seed_generators]  # fmt: skip
+
+
+def save_random_state(model, path):
+    """Adds the seed generators' states, int64 (generators, 2), to the weights file `path`."""
+    states = np.array([generator.state.numpy() for generator in seed_generators(model)],
+                      "int64").reshape(-1, 2)  # (0, 2): no dropout, say
+    with h5py.File(path, "a") as f:
+        f.create_dataset(RANDOM_STATE, data=states)
+
+
+def restore_random_state(model, path):
+    """Sets the seed generators' states from the weights file `path`, so that a resumed run
+    draws the dropout masks the uninterrupted run would have drawn. A backup without them
+    (written before they were kept) leaves the states as they are."""
+    with h5py.File(path, "r") as f:
+        if RANDOM_STATE not in f:
+            return
+        states = f[RANDOM_STATE][()]
+    generators = seed_generators(model)
+    if states.shape != (len(generators), 2):
+        raise ValueError(f"it holds {len(states)} random states, the model has "
+                         f"{len(generators)} seed generators")  # fmt: skip
+    for generator, state in zip(generators, states):
+        generator.state.assign(state)
+
+
 class RunBackup(keras.callbacks.Callback):
-    """Backs up the model's weights and optimizer state every `save_freq` batches and at the end
-    of each epoch, under a temporary name that is then renamed: a kill at any instant leaves the
-    previous complete backup. (Keras's BackupAndRestore rewrites its file in place; a kill
-    while it wrote left a run that could never start again.) The optimizer's step counter,
-    restored with it, says where the run stopped, to the batch."""
+    """Backs up the model's weights, optimizer state and the state of its random draws every
+    `save_freq` batches and at the end of each epoch, under a temporary name that is then
+    renamed: a kill at any instant leaves the previous complete backup. (Keras's
+    BackupAndRestore rewrites its file in place; a kill while it wrote left a run that could
+    never start again.) The optimizer's step counter, restored with it, says where the run
+    stopped, to the batch; the random state, that the rest of the run draws what it would have
+    drawn uninterrupted."""
 
     def __init__(self, backup_dir, save_freq="epoch"):
         super().__init__()
@@ -226,6 +267,7 @@ class RunBackup(keras.callbacks.Callback):
             model.optimizer.build(model.trainable_variables)
         try:
             model.load_weights(self.path)
+            restore_random_state(model, self.path)
         except (OSError, ValueError) as e:
             raise app.UsageError(f"{self.path} does not fit this run ({e}); pass "
                                  "--overwrite_output_dir to start it again") from None  # fmt: skip
@@ -246,6 +288,7 @@ class RunBackup(keras.callbacks.Callback):
         os.makedirs(self.backup_dir, exist_ok=True)
         tmp = os.path.join(self.backup_dir, f"latest.tmp-{os.getpid()}.weights.h5")
         self.model.save_weights(tmp, overwrite=True)
+        save_random_state(self.model, tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())  # on disk before it replaces the previous backup
         os.replace(tmp, self.path)

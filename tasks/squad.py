@@ -17,6 +17,7 @@ with the finished run in --output_dir and the settings it was trained with. Ques
 than --max_query_length tokens are cut (as the original does) and counted in the log.
 """
 
+import functools
 import math
 import os
 
@@ -188,7 +189,8 @@ class SquadBinary(driver.TaskBinary):
         log_long_questions(training, model.preprocessor, FLAGS.train_file)
         windows = count_windows(training, model.preprocessor)
         logging.info("%d training questions in %d windows", len(training), windows)
-        return pairs(training, training=True), int(np.ceil(windows / FLAGS.train_batch_size))
+        return (functools.partial(pairs, training, training=True),
+                int(np.ceil(windows / FLAGS.train_batch_size)))  # fmt: skip
 
     def dev_callback(self, output_dir, write):
         if self.dev and FLAGS.do_eval:

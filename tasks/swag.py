@@ -9,6 +9,7 @@ soft-maxed against each other.
 """
 
 import csv
+import functools
 import io
 import json
 import os
@@ -108,8 +109,9 @@ class SwagBinary(driver.TaskBinary):
     def training_dataset(self, model, training):
         common.log_truncated(model.preprocessor, [("train", training), *self.dev_splits.items()],
                              TEXTS)  # fmt: skip
-        dataset = common.make_dataset(training, TEXTS, FLAGS.train_batch_size, training=True)
-        return dataset, int(np.ceil(len(training) / FLAGS.train_batch_size))
+        return (functools.partial(common.make_dataset, training, TEXTS, FLAGS.train_batch_size,
+                                  training=True),
+                int(np.ceil(len(training) / FLAGS.train_batch_size)))  # fmt: skip
 
     def dev_callback(self, output_dir, write):
         return trainer.DevMetrics(self.dev_sets, accuracy, output_dir, write) if self.dev_sets else None

@@ -84,26 +84,35 @@ class DevMetrics(keras.callbacks.Callback):
                     tf.summary.scalar(f"{name}/{key}", value)
 
 
-def fit(model, strategy, train_dataset, steps_per_epoch, callbacks, output_dir):
+def fit(model, strategy, make_dataset, steps_per_epoch, callbacks, output_dir):
     """Compiles with the library's recipe (AdamW, warmup + linear decay, clipping; the model's
-    own loss and metrics) and fits on a dataset of raw strings for --num_train_epochs (the last
-    epoch cut short when fractional), resuming from output_dir's backup."""
+    own loss and metrics) and fits on passes of raw strings (`make_dataset()`, one pass) for
+    --num_train_epochs (the last epoch cut short when fractional), resuming from output_dir's
+    backup."""
     total_steps = max(1, int(steps_per_epoch * FLAGS.num_train_epochs))
     with strategy.scope():
         model.compile(learning_rate=FLAGS.learning_rate, total_steps=total_steps,
                       warmup_proportion=FLAGS.warmup_proportion,
                       weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm,
                       layer_decay=FLAGS.layer_decay)  # fmt: skip
-    return fit_resumably(model, strategy, train_dataset.repeat(), min(steps_per_epoch, total_steps),
+    return fit_resumably(model, strategy, lambda: make_dataset().repeat(),
+                         min(steps_per_epoch, total_steps),
                          total_steps, callbacks, output_dir, FLAGS.save_checkpoints_steps)  # fmt: skip
 
 
-def fit_resumably(model, strategy, dataset, batches_per_epoch, total_batches, callbacks,
+def fit_resumably(model, strategy, make_stream, batches_per_epoch, total_batches, callbacks,
                   output_dir, save_every=None):  # fmt: skip
-    """model.fit on an endless `dataset` until `total_batches`, backed up every `save_every`
-    batches and each epoch. A backup is restored first: its optimizer step says how many batches
-    are done, so the run goes on from that batch of the same (seeded) stream, in the same epoch,
-    to the same end, rather than from the epoch's start. Returns the merged history."""
+    """model.fit on an endless stream of batches (`make_stream()`) until `total_batches`, backed
+    up every `save_every` batches and each epoch. A backup is restored first: its optimizer
+    step says how many batches are done, and its random state what the model draws next, so
+    the run goes on from that batch of the same (seeded) stream, in the same epoch, to the same
+    end and the same weights as a run never stopped. Returns the merged history.
+
+    Each fit call takes a stream made afresh and skips the batches done: a shuffle that
+    reshuffles at each pass draws each pass's order from the dataset's own generator, which
+    every iterator made on that dataset moves on, so a second call on the same dataset (a
+    resumed run's calls: the rest of an epoch, then whole epochs) saw other orders than an
+    uninterrupted run's one iterator."""
     backup = runs.RunBackup(os.path.join(run_dir_of(strategy, output_dir), "backup"),
                             save_every or "epoch")  # fmt: skip
     with strategy.scope():
@@ -116,7 +125,7 @@ def fit_resumably(model, strategy, dataset, batches_per_epoch, total_batches, ca
     callbacks = run_callbacks(strategy, output_dir, callbacks, backup)
     chief, terminal = is_chief(strategy), progress.on_a_terminal()
     if chief:
-        log = progress.TrainingLog(progress.step_sizes(model, dataset), FLAGS.log_every_steps,
+        log = progress.TrainingLog(progress.step_sizes(model, make_stream()), FLAGS.log_every_steps,
                                    total_batches, periodic=not terminal,
                                    log_dir=progress.speed_log_dir(output_dir))  # fmt: skip
         log.step = done
@@ -131,7 +140,7 @@ def fit_resumably(model, strategy, dataset, batches_per_epoch, total_batches, ca
         epochs = max(whole, 1)
         steps = batches_per_epoch if whole else end - done
         logging.info("training steps %d to %d", done + 1, done + steps * epochs)
-        result = model.fit(dataset.skip(done), epochs=epoch + epochs, initial_epoch=epoch,
+        result = model.fit(make_stream().skip(done), epochs=epoch + epochs, initial_epoch=epoch,
                            steps_per_epoch=steps, callbacks=callbacks, shuffle=False,
                            verbose=1 if chief and terminal else 0)  # fmt: skip
         for key, values in result.history.items():

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from safetensors.numpy import load_file
 
 from keras_bert import BertTokenizer, checkpoints
 from keras_bert.vocabulary import SPECIAL_TOKENS
@@ -189,6 +190,15 @@ def test_killed_pretraining_resumes(tmp_path, pretraining_data):
     resumed = re.search(r"resuming from the backup at step (\d+) of 60\n", result.stderr)
     assert resumed and int(resumed.group(1)) >= 10  # from its backup, not from the first step
     assert re.findall(r"training steps \d+ to (\d+)\n", result.stderr)[-1] == "60"
+    uninterrupted = tmp_path.parent / "uninterrupted"
+    run(pretrain_command(pretraining_data, uninterrupted, "--num_train_steps=60",
+                         "--save_checkpoints_steps=10"))  # fmt: skip
+    resumed_weights, uninterrupted_weights = (
+        load_file(os.path.join(run_dir, checkpoints.HUGGING_FACE, "model.safetensors"))
+        for run_dir in (tmp_path, uninterrupted))  # fmt: skip
+    assert resumed_weights.keys() == uninterrupted_weights.keys()
+    for name, value in resumed_weights.items():
+        assert value.tobytes() == uninterrupted_weights[name].tobytes(), name
 
 
 @pytest.mark.slow

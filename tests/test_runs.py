@@ -223,3 +223,33 @@ def test_a_diverged_run_is_stopped_and_neither_backed_up_nor_saved(tmp_path):
     with pytest.raises(ValueError, match="holds nan or inf"):
         trainer.save_run(str(tmp_path / "run"), model)
     assert not os.path.exists(tmp_path / "run" / "model.keras")
+
+
+def test_a_backup_keeps_the_state_of_the_random_draws(tmp_path):
+    import keras_bert
+    from conftest import TINY
+
+    def model(dropout):
+        return keras_bert.BertEncoder(**{**TINY, "hidden_dropout_prob": dropout,
+                                         "attention_probs_dropout_prob": dropout})
+
+    trained = model(0.1)
+    generators = runs.seed_generators(trained)
+    assert len(generators) == 1 + 3 * TINY["num_hidden_layers"]  # embeddings', then 3 a block
+    for i, generator in enumerate(generators):  # as if training had drawn masks
+        generator.state.assign([1000 + i, 7 * i + 3])
+    path = str(tmp_path / "latest.weights.h5")
+    trained.save_weights(path)
+    runs.save_random_state(trained, path)
+    resumed = model(0.1)
+    resumed.load_weights(path)
+    runs.restore_random_state(resumed, path)
+    assert [g.state.numpy().tolist() for g in runs.seed_generators(resumed)] == [
+        [1000 + i, 7 * i + 3] for i in range(len(generators))]
+    # A model without dropout has no generators: its backups hold an empty state.
+    plain = model(0.0)
+    plain.save_weights(path)
+    runs.save_random_state(plain, path)
+    runs.restore_random_state(plain, path)
+    with pytest.raises(ValueError, match="0 random states, the model has"):
+        runs.restore_random_state(trained, path)
