@@ -42,9 +42,7 @@ def read_split(glue_dir, task, split):
     """(texts, labels) of a GLUE split: texts a list of strings, or of (a, b) pairs."""
     from tasks import glue
 
-    path = os.path.join(glue_dir, task, f"{split}.tsv")
-    if not os.path.isfile(path):
-        raise app.UsageError(f"--glue_dir={glue_dir} has no {task}/{split}.tsv")
+    path = os.path.join(glue_dir, task, f"{split}.tsv")  # `check` made sure it is there
     data = glue.read_tsv(path, glue.get_task(task), True)
     columns = list(data.texts.values())
     texts = columns[0] if len(columns) == 1 else list(zip(*columns))
@@ -77,7 +75,7 @@ def scores(logits, labels):
 
 
 def steps_of(run, count):
-    return max(1, int(np.ceil(count / run["batch_size"]) * run["epochs"]))
+    return int(np.ceil(count / run["batch_size"])) * run["epochs"]
 
 
 def train_keras(run):
@@ -100,9 +98,7 @@ def train_keras(run):
     else:
         model.compile(learning_rate=run["learning_rate"])
     x = tuple(map(list, zip(*texts))) if pairs else texts
-    epochs = int(np.ceil(run["epochs"]))
-    model.fit(x, labels, batch_size=run["batch_size"], epochs=epochs, shuffle=False,
-              steps_per_epoch=None if epochs == run["epochs"] else steps_of(run, len(texts)),
+    model.fit(x, labels, batch_size=run["batch_size"], epochs=run["epochs"], shuffle=False,
               verbose=0)  # fmt: skip
     dev_texts, dev_labels = read_split(run["glue_dir"], run["task"], "dev")
     dev_x = tuple(map(list, zip(*dev_texts))) if pairs else dev_texts

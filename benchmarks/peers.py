@@ -93,7 +93,7 @@ flags.DEFINE_integer("seeds", 3, "learning: seeds per setting (0, 1, ...).")
 flags.DEFINE_list("recipes", ["plain", "library"], "learning: plain and/or library "
                   "(benchmarks/learning.py says what each is).")
 flags.DEFINE_float("learning_rate", 5e-5, "learning: the (peak) learning rate.")
-flags.DEFINE_float("epochs", 1, "learning: passes over the training examples.")
+flags.DEFINE_integer("epochs", 1, "learning: passes over the training examples.")
 flags.DEFINE_list("threads", [], "Threads each side computes an op with (TensorFlow's "
                   "intra-op threads, torch.set_num_threads), the same on both sides; 0 is each "
                   "framework's own default (one per core). A list (1,0) measures every setting "
@@ -269,7 +269,8 @@ def learning_report():
     return learning.main({
         "task": FLAGS.task, "glue_dir": FLAGS.glue_dir, "sizes": FLAGS.sizes,
         "recipes": FLAGS.recipes, "precisions": FLAGS.precisions, "seeds": FLAGS.seeds,
-        "checkpoint": checkpoint_folder({"checkpoint": FLAGS.checkpoint}), "learning_rate": FLAGS.learning_rate,
+        "checkpoint": checkpoint_folder({"checkpoint": FLAGS.checkpoint}),
+        "learning_rate": FLAGS.learning_rate,
         "batch_size": FLAGS.batch_size or 16, "epochs": FLAGS.epochs})  # fmt: skip
 
 
