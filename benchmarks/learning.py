@@ -168,7 +168,7 @@ def runs(options):
     for size in options["sizes"]:
         for recipe in options["recipes"]:
             for precision in options["precisions"]:
-                for seed in range(options["seeds"]):
+                for seed in range(options["first_seed"], options["first_seed"] + options["seeds"]):
                     for side in ("keras_bert", "pytorch"):
                         yield {"side": side, "size": size, "seed": seed, "recipe": recipe,
                                "precision": precision,

@@ -89,7 +89,8 @@ flags.DEFINE_string("glue_dir", None, "learning: the GLUE folder, holding <task>
 flags.DEFINE_enum("task", "SST-2", ["SST-2", "MRPC"], "learning: the GLUE task.")
 flags.DEFINE_list("sizes", ["512", "2000", "8000"], "learning: training examples, the last N "
                   "of the training file; 'all' for every one.")
-flags.DEFINE_integer("seeds", 3, "learning: seeds per setting (0, 1, ...).")
+flags.DEFINE_integer("seeds", 3, "learning: seeds per setting (first_seed, first_seed + 1, ...).")
+flags.DEFINE_integer("first_seed", 0, "learning: the first seed.")
 flags.DEFINE_list("recipes", ["plain", "library"], "learning: plain and/or library "
                   "(benchmarks/learning.py says what each is).")
 flags.DEFINE_float("learning_rate", 5e-5, "learning: the (peak) learning rate.")
@@ -269,6 +270,7 @@ def learning_report():
     return learning.main({
         "task": FLAGS.task, "glue_dir": FLAGS.glue_dir, "sizes": FLAGS.sizes,
         "recipes": FLAGS.recipes, "precisions": FLAGS.precisions, "seeds": FLAGS.seeds,
+        "first_seed": FLAGS.first_seed,
         "checkpoint": checkpoint_folder({"checkpoint": FLAGS.checkpoint}),
         "learning_rate": FLAGS.learning_rate,
         "batch_size": FLAGS.batch_size or 16, "epochs": FLAGS.epochs})  # fmt: skip

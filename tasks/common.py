@@ -170,32 +170,62 @@ def log_truncated(preprocessor, splits, text_keys):
                      preprocessor.sequence_length)  # fmt: skip
 
 
+def training_passes(elements, make_batches):
+    """The endless stream of training batches over `elements` (a nest of tensors, ragged ones
+    too, or NumPy arrays; one row per example):
+    pass p (p = 0, 1, ...) batches them with `make_batches` (a function of a tf.data.Dataset of
+    single examples) in an order drawn from --seed and p alone.
+
+    A pass's order is a function of its number, not of a generator the dataset's iterators share
+    (as a shuffle's with reshuffle_each_iteration): Keras's fit takes one batch from an iterator
+    of its own before the one it trains on, and a resumed run's iterator starts by skipping the
+    batches done, so with a shared generator a resumed run read other orders than the run it
+    resumes."""
+    elements = tf.nest.map_structure(
+        lambda t: t if isinstance(t, tf.RaggedTensor) else tf.convert_to_tensor(t), elements)
+    size = tf.nest.flatten(elements)[0].shape[0]  # known: the elements are in memory
+    seed = tf.constant(FLAGS.seed, tf.int64)
+
+    def one_pass(index):
+        order = tf.random.experimental.stateless_shuffle(tf.range(size, dtype=tf.int64),
+                                                         seed=tf.stack([seed, index]))  # fmt: skip
+        return make_batches(tf.data.Dataset.from_tensor_slices(
+            tf.nest.map_structure(lambda t: tf.gather(t, order), elements)))  # fmt: skip
+
+    return without_autotuning(tf.data.Dataset.counter().flat_map(one_pass))
+
+
 def make_dataset(split, text_keys, batch_size, training=False, with_labels=True):
     """Batches of raw strings (and labels), for a task model to tokenize and pack in the graph
-    (batches padded to their longest member); training batches are shuffled, and with
-    --bucket_by_length group examples of similar character length, which cuts padding further.
+    (batches padded to their longest member). With `training`, the endless stream of shuffled
+    passes (training_passes), whose batches with --bucket_by_length group examples of similar
+    character length, which cuts padding further; otherwise one pass in order.
     """
     texts = tuple(tf.constant(split.texts[key]) for key in text_keys)
     texts = texts[0] if len(texts) == 1 else texts
+    if training:
+        return training_passes((texts, split.labels), lambda dataset: batch(dataset, batch_size))
     if with_labels:
         dataset = tf.data.Dataset.from_tensor_slices((texts, split.labels))
     else:
         dataset = tf.data.Dataset.from_tensor_slices(texts)
-    if training:
-        dataset = dataset.shuffle(len(split), seed=FLAGS.seed, reshuffle_each_iteration=True)
-    if training and FLAGS.bucket_by_length:
-        dataset = dataset.group_by_window(
-            key_func=lambda texts, *_: tf.minimum(
-                tf.cast(tf.add_n([tf.reduce_sum(tf.strings.length(t)) for t in tf.nest.flatten(texts)])
-                        // 64, tf.int64), 15),  # characters, a cheap proxy for tokens
-            reduce_func=lambda _, window: window.batch(batch_size),
-            window_size=batch_size,
-        )  # fmt: skip
-    else:
-        dataset = dataset.batch(batch_size)
+    dataset = dataset.batch(batch_size)
     if not with_labels and isinstance(texts, tuple):
         dataset = dataset.map(lambda *pair: (pair,))  # a pair of texts is x, not (x, y)
     return without_autotuning(dataset)
+
+
+def batch(dataset, batch_size):
+    """Training batches of (texts, labels); with --bucket_by_length, of similar lengths."""
+    if not FLAGS.bucket_by_length:
+        return dataset.batch(batch_size)
+    return dataset.group_by_window(
+        key_func=lambda texts, *_: tf.minimum(
+            tf.cast(tf.add_n([tf.reduce_sum(tf.strings.length(t)) for t in tf.nest.flatten(texts)])
+                    // 64, tf.int64), 15),  # characters, a cheap proxy for tokens
+        reduce_func=lambda _, window: window.batch(batch_size),
+        window_size=batch_size,
+    )  # fmt: skip
 
 
 def check_warmup(warmup_steps, total_steps, flag):

@@ -67,8 +67,9 @@ class TaskBinary:
         raise NotImplementedError
 
     def training_dataset(self, model, training):
-        """(a function making one pass of batched raw strings and targets, shuffled by --seed,
-        as a tf.data.Dataset; the steps of a pass)."""
+        """(a function making the endless stream of batched raw strings and targets as a
+        tf.data.Dataset, pass after pass, each shuffled by --seed and its number
+        (common.training_passes); the steps of a pass)."""
         raise NotImplementedError
 
     def dev_callback(self, output_dir, write):
@@ -108,9 +109,9 @@ class TaskBinary:
         training = self.read_training()
         with strategy.scope():
             model = self.build_model(training)
-        make_dataset, steps_per_epoch = self.training_dataset(model, training)
+        make_stream, steps_per_epoch = self.training_dataset(model, training)
         callback = self.dev_callback(output_dir, write)
-        trainer.fit(model, strategy, make_dataset, steps_per_epoch, [callback] if callback else [],
+        trainer.fit(model, strategy, make_stream, steps_per_epoch, [callback] if callback else [],
                    output_dir)  # fmt: skip
         logging.info("saving the fine-tuned model to %s", os.path.join(run_dir, "model.keras"))
         trainer.save_run(run_dir, model)

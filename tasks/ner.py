@@ -25,7 +25,6 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertTokenClassifier, textfiles
-from keras_bert.batching import without_autotuning
 from tasks import common, driver, run_main, runs, trainer
 
 FLAGS = flags.FLAGS
@@ -129,11 +128,11 @@ def conll_scores(gold, predicted):
 
 
 def train_dataset(split, model, batch_size):
-    """Shuffled batches of raw sentences with their word tag ids."""
+    """The endless stream of shuffled batches of raw sentences with their word tag ids
+    (common.training_passes)."""
     labels = model.tag_ids(split.labels)
-    dataset = tf.data.Dataset.from_tensor_slices((split.texts["sentence"], labels))
-    dataset = dataset.shuffle(len(split), seed=FLAGS.seed, reshuffle_each_iteration=True)
-    return without_autotuning(dataset.batch(batch_size))
+    return common.training_passes((tf.constant(split.texts["sentence"]), labels),
+                                  lambda dataset: dataset.batch(batch_size))  # fmt: skip
 
 
 def predict_tags(model, split):

@@ -53,15 +53,14 @@ common.adopt_flags(__name__, UNUSED_FLAGS)
 
 
 def pairs(split, training=False):
-    """Batches of raw (question, passage) pairs, with their answer spans for training."""
+    """Batches of raw (question, passage) pairs in order; for training, the endless stream of
+    shuffled batches (common.training_passes) with their answer spans."""
     x = (tf.constant(split.texts["question"]), tf.constant(split.texts["context"]))
     if not training:
         return without_autotuning(
             tf.data.Dataset.from_tensor_slices((x,)).batch(FLAGS.eval_batch_size))
     y = (split.labels[:, 0], split.labels[:, 1])
-    dataset = tf.data.Dataset.from_tensor_slices((x, y))
-    dataset = dataset.shuffle(len(split), seed=FLAGS.seed, reshuffle_each_iteration=True)
-    return without_autotuning(dataset.batch(256))
+    return common.training_passes((x, y), lambda dataset: dataset.batch(256))
 
 
 def count_windows(split, windows):

@@ -84,9 +84,10 @@ class DevMetrics(keras.callbacks.Callback):
                     tf.summary.scalar(f"{name}/{key}", value)
 
 
-def fit(model, strategy, make_dataset, steps_per_epoch, callbacks, output_dir):
+def fit(model, strategy, make_stream, steps_per_epoch, callbacks, output_dir):
     """Compiles with the library's recipe (AdamW, warmup + linear decay, clipping; the model's
-    own loss and metrics) and fits on passes of raw strings (`make_dataset()`, one pass) for
+    own loss and metrics) and fits on an endless stream of batches of raw strings
+    (`make_stream()`; epochs of `steps_per_epoch` batches) for
     --num_train_epochs (the last epoch cut short when fractional), resuming from output_dir's
     backup."""
     total_steps = max(1, int(steps_per_epoch * FLAGS.num_train_epochs))
@@ -95,7 +96,7 @@ def fit(model, strategy, make_dataset, steps_per_epoch, callbacks, output_dir):
                       warmup_proportion=FLAGS.warmup_proportion,
                       weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm,
                       layer_decay=FLAGS.layer_decay)  # fmt: skip
-    return fit_resumably(model, strategy, lambda: make_dataset().repeat(),
+    return fit_resumably(model, strategy, make_stream,
                          min(steps_per_epoch, total_steps),
                          total_steps, callbacks, output_dir, FLAGS.save_checkpoints_steps)  # fmt: skip
 
