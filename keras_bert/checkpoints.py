@@ -202,6 +202,24 @@ def _load_hugging_face(folder):
     return encoder, masked_lm, next_sentence
 
 
+# Word embedding tables are often rounded up past their vocabulary to a multiple of 8 (or 64,
+# 128) rows for faster products: up to this many rows past it are taken as that padding.
+PADDING_ROWS = 128
+
+
+def check_vocabulary_fits(vocab_file, vocab_size, rows):
+    """Raises ValueError unless the vocabulary has a token for each of the checkpoint's `rows`
+    word embeddings (or all but padding rows, fewer than PADDING_ROWS up to a multiple of 8):
+    another model's vocabulary maps every token to the wrong row."""
+    padding = rows - vocab_size
+    if padding == 0 or (0 < padding < PADDING_ROWS and rows % 8 == 0):
+        return
+    raise ValueError(f"{vocab_file} has {vocab_size:,} tokens but the checkpoint has {rows:,} word "
+                     "embeddings: it is not the checkpoint's vocabulary, and every token would "
+                     "map to another token's row; put the checkpoint's own vocab.txt beside "
+                     "it")  # fmt: skip
+
+
 def load_checkpoint(path, do_lower_case=None):
     """Loads a checkpoint in any of the three layouts into a `BertCheckpoint`."""
     fmt, folder = detect_format(path)
@@ -217,12 +235,7 @@ def load_checkpoint(path, do_lower_case=None):
         encoder, masked_lm, next_sentence = _load_google(path, folder)
     else:
         encoder, masked_lm, next_sentence = _load_hugging_face(folder)
-    vocab_size = len(read_vocabulary(vocab_file))
-    if vocab_size > encoder.config.vocab_size:
-        raise ValueError(
-            f"{vocab_file} has {vocab_size} tokens but the model's vocab_size is "
-            f"{encoder.config.vocab_size}: the vocabulary does not fit the checkpoint"
-        )
+    check_vocabulary_fits(vocab_file, len(read_vocabulary(vocab_file)), encoder.config.vocab_size)
     logging.info("loaded a %s checkpoint from %s", fmt, path)
     return BertCheckpoint(encoder, vocab_file, lower_case, masked_lm, next_sentence)
 

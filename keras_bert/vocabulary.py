@@ -70,6 +70,10 @@ def find_vocabulary(path, do_lower_case=None):
         if os.path.isfile(settings):
             value = read_json(settings).get("do_lower_case")
             if value is not None:
+                if not value:
+                    check_lower_casing(read_vocabulary(vocab_file), False, vocab_file,
+                                       f"{settings} says do_lower_case=false: set it to true "
+                                       "there, or pass do_lower_case=True (--do_lower_case)")  # fmt: skip
                 return vocab_file, bool(value)
     cased = any(token != token.lower() for token in _words(read_vocabulary(vocab_file)))
     logging.getLogger("absl").info(
@@ -82,12 +86,14 @@ def _words(vocabulary):
     return [token for token in vocabulary if not token.startswith("[")]
 
 
-def check_lower_casing(vocabulary, do_lower_case, source="vocabulary"):
+def check_lower_casing(vocabulary, do_lower_case, source="vocabulary",
+                       remedy="leave do_lower_case unset or pass True"):  # fmt: skip
     """Raises ValueError for do_lower_case=False with an uncased vocabulary (lower-case letters
-    and no upper-case ones), where every capitalised word would become [UNK]."""
+    and no upper-case ones), where every capitalised word would become [UNK]; the message
+    names `source` and ends with `remedy`."""
     words = _words(vocabulary)
     uncased = all(w == w.lower() for w in words) and any(w != w.upper() for w in words)
     if uncased and not do_lower_case:
         raise ValueError(f"do_lower_case=False, but {source} is uncased (it has lower-case "
                          "letters and no upper-case ones): every capitalised word would become "
-                         "[UNK]; leave do_lower_case unset or pass True")  # fmt: skip
+                         f"[UNK]; {remedy}")  # fmt: skip

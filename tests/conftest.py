@@ -88,6 +88,7 @@ TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [
     "the", "cat", "sat", "on", "mat", "##s", "a", "dog", ",", ".", "!", "un", "##aff", "##able",
     "hello", "world", "é", "中",
 ]  # fmt: skip
+TINY_VOCAB += [f"[unused{i}]" for i in range(TINY["vocab_size"] - len(TINY_VOCAB))]  # one a row
 
 
 @pytest.fixture(scope="session")

@@ -241,11 +241,37 @@ def test_save_checkpoint_refuses_what_is_no_checkpoint_or_no_folder(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_vocab_larger_than_the_model_is_refused(tmp_path):
+@pytest.mark.parametrize("tokens", [len(TINY_VOCAB) + 100, len(TINY_VOCAB) - 3])
+def test_a_vocab_of_another_size_than_the_embeddings_is_refused(tmp_path, tokens):
     folder = _tiny_hf_folder(tmp_path)
-    write_vocab(os.path.join(folder, "vocab.txt"), TINY_VOCAB + [f"w{i}" for i in range(100)])
-    with pytest.raises(ValueError, match="vocabulary does not fit"):
+    vocab = os.path.join(folder, "vocab.txt")
+    write_vocab(vocab, (TINY_VOCAB + [f"w{i}" for i in range(100)])[:tokens])
+    with pytest.raises(ValueError, match=rf"^{vocab} has {tokens} tokens but the checkpoint has "
+                                         r"99 word embeddings: it is not the checkpoint's "):
         checkpoints.load_checkpoint(folder)
+
+
+def test_embedding_rows_padded_past_the_vocab_are_taken():
+    checkpoints.check_vocabulary_fits("vocab.txt", 30522, 30528)  # a multiple of 8
+    checkpoints.check_vocabulary_fits("vocab.txt", 30522, 30522)
+    with pytest.raises(ValueError, match="30,522 tokens but the checkpoint has 30,523 word"):
+        checkpoints.check_vocabulary_fits("vocab.txt", 30522, 30523)
+    with pytest.raises(ValueError, match="28,996 tokens but the checkpoint has 30,522 word"):
+        checkpoints.check_vocabulary_fits("vocab.txt", 28996, 30522)  # cased BERT's vocabulary
+
+
+def test_a_cased_setting_over_an_uncased_vocab_is_refused(tmp_path):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    write_vocab(folder / "vocab.txt", TINY_VOCAB)
+    settings = folder / "tokenizer_config.json"
+    settings.write_text('{"do_lower_case": false}')
+    with pytest.raises(ValueError, match=rf"^do_lower_case=False, but .*vocab.txt is uncased .*"
+                                         rf"{settings} says do_lower_case=false: set it to true"):
+        checkpoints.find_vocabulary(str(folder))
+    assert checkpoints.find_vocabulary(str(folder), do_lower_case=True)[1] is True  # the flag
+    write_vocab(folder / "vocab.txt", TINY_VOCAB + ["Paris"])
+    assert checkpoints.find_vocabulary(str(folder))[1] is False
 
 
 def test_lower_casing_is_read_or_inferred(tmp_path, minilm_dir):
