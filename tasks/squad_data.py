@@ -46,15 +46,28 @@ def _check_question(question, where):
     question["id"] = str(question["id"])
     where = f"{where}: question {question['id']}"
     _expect(question.get("question"), str, f"{where}: 'question'", "a string")
-    answers = question.get("answers", [])
-    _expect(answers, list, f"{where}: 'answers'", "a list")
-    for answer in answers:
-        _expect(answer, dict, f"{where}: an answer", "a JSON object with 'text' and 'answer_start'")
-        _expect(answer.get("text"), str, f"{where}: an answer's 'text'", "a string")
-        start = answer.get("answer_start")
-        if isinstance(start, bool) or not isinstance(start, int):
-            raise ValueError(f"{where}: answer_start {start!r} is not a whole number (the "
-                             "character offset of the answer in its context)")  # fmt: skip
+    impossible = question.get("is_impossible", False)
+    if not isinstance(impossible, bool):
+        raise ValueError(f"{where}: 'is_impossible' is {_describe(impossible)} ({impossible!r}), "
+                         "not true/false")  # fmt: skip
+    for key in ("answers", "plausible_answers"):  # SQuAD 2.0 gives unanswerable ones the latter
+        answers = question.get(key, [])
+        _expect(answers, list, f"{where}: '{key}'", "a list")
+        for answer in answers:
+            _check_answer(answer, f"{where}: an answer" if key == "answers" else
+                          f"{where}: a plausible answer")  # fmt: skip
+
+
+def _check_answer(answer, where):
+    _expect(answer, dict, where, "a JSON object with 'text' and 'answer_start'")
+    _expect(answer.get("text"), str, f"{where}'s 'text'", "a string")
+    start = answer.get("answer_start")
+    if isinstance(start, bool) or not isinstance(start, int):
+        raise ValueError(f"{where}'s answer_start {start!r} is not a whole number (the character "
+                         "offset of the answer in its context)")  # fmt: skip
+    if start < 0:
+        raise ValueError(f"{where}'s answer_start {start} is negative: it is the character "
+                         "offset of the answer in its context, counted from 0")  # fmt: skip
 
 
 def _expect(value, kind, where, wanted):
