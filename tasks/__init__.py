@@ -108,10 +108,19 @@ def check_seed(name):
         raise app.UsageError(f"--{name} must be between 0 and 2**32 - 1, got {value}")
 
 
+class Interrupted(Exception):
+    """Ctrl-C (SIGINT) during work that the same command goes on with; the message says how."""
+
+
+# The exit status of a process ended by Ctrl-C, as shells report it (128 + SIGINT).
+INTERRUPTED_STATUS = 130
+
+
 def run_main(main):
     """`absl.app.run(main)`, where a user's mistake (a bad flag, file, label or checkpoint: the
     errors below) prints one line, `error: <what is wrong and what to do>`, and exits 1.
     --verbose_errors shows the traceback as well. Anything else is a bug and keeps its traceback.
+    Ctrl-C prints one line, `interrupted: <what the same command will do>`, and exits 130.
     """
     import sys
 
@@ -132,5 +141,12 @@ def run_main(main):
             print(f"error: {message.strip().splitlines()[0] if message.strip() else type(e).__name__}",
                   file=sys.stderr)  # fmt: skip
             sys.exit(1)
+        except (KeyboardInterrupt, Interrupted) as e:
+            if flags.FLAGS.verbose_errors:
+                raise
+            advice = str(e) if isinstance(e, Interrupted) else (
+                "every file written so far is whole; run the same command again to start over")
+            print(f"interrupted: {advice}", file=sys.stderr)
+            sys.exit(INTERRUPTED_STATUS)
 
     app.run(main_reporting_mistakes)

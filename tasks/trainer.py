@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 from absl import flags, logging
 
+import tasks
 from keras_bert import distribute
 from keras_bert.servable import PRECISIONS
 from tasks import common, progress, runs  # noqa: F401  (common defines the flags read here)
@@ -131,6 +132,18 @@ def fit_resumably(model, strategy, make_stream, batches_per_epoch, total_batches
                                    log_dir=progress.speed_log_dir(output_dir))  # fmt: skip
         log.step = done
         callbacks = [log, *callbacks]
+    try:
+        return _fit_batches(model, make_stream, done, batches_per_epoch, total_batches, callbacks,
+                            verbose=1 if chief and terminal else 0)  # fmt: skip
+    except KeyboardInterrupt:
+        every = "" if backup.save_freq == "epoch" else f"every {backup.save_freq} steps and "
+        raise tasks.Interrupted(f"run the same command again to go on from the last backup in "
+                                f"{backup.backup_dir} (written {every}at the end of each "
+                                "epoch)") from None  # fmt: skip
+
+
+def _fit_batches(model, make_stream, done, batches_per_epoch, total_batches, callbacks, verbose):
+    """model.fit calls from batch `done` to `total_batches`; returns the merged history."""
     history = {}
     epoch = done // batches_per_epoch
     while done < total_batches:
@@ -143,7 +156,7 @@ def fit_resumably(model, strategy, make_stream, batches_per_epoch, total_batches
         logging.info("training steps %d to %d", done + 1, done + steps * epochs)
         result = model.fit(make_stream().skip(done), epochs=epoch + epochs, initial_epoch=epoch,
                            steps_per_epoch=steps, callbacks=callbacks, shuffle=False,
-                           verbose=1 if chief and terminal else 0)  # fmt: skip
+                           verbose=verbose)  # fmt: skip
         for key, values in result.history.items():
             history.setdefault(key, []).extend(values)
         done += steps * epochs

@@ -157,6 +157,27 @@ def test_killed_run_resumes_from_its_backup(tmp_path, tiny_checkpoint):
     assert json.loads((whole / "metrics.json").read_text()) == history
 
 
+@pytest.mark.slow
+def test_ctrl_c_says_in_one_line_that_the_command_resumes(tmp_path, tiny_checkpoint):
+    command = glue_command(tiny_checkpoint, tmp_path, "--num_train_epochs=12",
+                           "--max_train_examples=64", "--save_checkpoints_steps=3")  # fmt: skip
+    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    backup = tmp_path / "backup" / "latest.weights.h5"
+    deadline = time.time() + 300
+    while not backup.exists() and time.time() < deadline and first.poll() is None:
+        time.sleep(0.02)
+    first.send_signal(signal.SIGINT)
+    _, stderr = first.communicate(timeout=120)
+    assert first.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"interrupted: run the same command again to go on from the last backup in "
+        f"{tmp_path / 'backup'} (written every 3 steps and at the end of each epoch)")
+    result = run(command)
+    assert re.search(r"resuming from the backup at step [1-9]\d* of 48\n", result.stderr)
+
+
 def cpu_info(tmp_path, vendor, flags):
     """A /proc/cpuinfo of two cores, each listing `flags`."""
     core = f"processor\t: {{}}\nvendor_id\t: {vendor}\nmodel name\t: A CPU\nflags\t\t: {flags}\n"
