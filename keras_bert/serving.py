@@ -6,9 +6,10 @@ temporary name, then renamed into `<export_dir>/<model_name>/<version>/`, the la
 watches; it ignores the temporary name.
 """
 
+import errno
 import os
 import shutil
-import time
+import uuid
 
 import numpy as np
 import tensorflow as tf
@@ -169,25 +170,40 @@ def next_version(model_dir):
 
 def save_versioned(module, signatures, model_dir, warmup=None, version=None, options=None):
     """Saves (with `options`, see save_checked), checks ops, adds warmup requests, then renames
-    into place. Returns the path."""
+    into place. Returns the path.
+
+    The SavedModel is written under a name of this writer's own, and the rename is what claims
+    its version: a rename onto a version another writer has filled fails, so two exports
+    started at once into one `model_dir` end in two whole versions (without `version`, the
+    later one takes the next free number; with it, the later one is refused)."""
     model_name = os.path.basename(os.path.normpath(model_dir))
-    if version is None:
-        version = next_version(model_dir)
-    else:
+    explicit = version is not None
+    if explicit:
         version = whole_number(version, 1, "version", " (TF Serving serves the largest)")
-    final = os.path.join(model_dir, str(version))
-    if os.path.exists(final):
-        raise FileExistsError(f"{final} exists; pick another version, or leave it out (one more "
-                              "than the newest)")
-    tmp = os.path.join(model_dir, f".tmp-{version}-{int(time.time())}")
+        _refuse_taken(os.path.join(model_dir, str(version)))
+    tmp = os.path.join(model_dir, f".tmp-{os.getpid()}-{uuid.uuid4().hex}")
     try:
         save_checked(module, tmp, signatures, text_requests(warmup or []), options)
         if warmup:
             write_warmup_requests(tmp, model_name, warmup)
-        os.rename(tmp, final)
+        while True:
+            final = os.path.join(model_dir, str(version if explicit else next_version(model_dir)))
+            try:
+                os.rename(tmp, final)  # onto nothing, or an empty folder: atomic either way
+                return final
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                if explicit:
+                    _refuse_taken(final, taken=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return final
+
+
+def _refuse_taken(final, taken=False):
+    if taken or os.path.exists(final):
+        raise FileExistsError(f"{final} exists; pick another version, or leave it out (one more "
+                              "than the newest)")
 
 
 def save_checked(module, path, signatures, requests, options=None):

@@ -161,6 +161,38 @@ def test_versions_increase(sst2_run, tmp_path):
     assert (12, 38) in {tuple(v.shape) for v in tf.saved_model.load(path).model_weights}
 
 
+@pytest.mark.slow
+def test_two_exports_at_once_into_one_folder_make_two_whole_versions(sst2_run, tmp_path):
+    """Each writes under a name of its own; both may pick version 1 when they are done, and the
+    rename that claims a version then fails for the second, which takes the next number."""
+    from conftest import run_forked
+
+    request = {"module": "exports.export", "timeout": 300,
+               "args": [f"--run_dir={sst2_run}", f"--export_dir={tmp_path}", "--model_name=m"]}
+    results = run_forked([request, request], timeout=600)  # two at a time
+    for result in results:
+        assert result["returncode"] == 0, result["stderr"][-3000:]
+    named = sorted(os.path.basename(r["stdout"].strip().splitlines()[-1]) for r in results)
+    assert named == sorted(os.listdir(tmp_path / "m")) == ["1", "2"]
+    for version in named:
+        path = str(tmp_path / "m" / version)
+        assert tf.saved_model.contains_saved_model(path)
+        assert os.path.isfile(os.path.join(path, "variables", "variables.index"))
+
+
+def test_an_export_whose_version_was_taken_while_it_saved_takes_the_next(sst2_run, tmp_path,
+                                                                          monkeypatch):  # fmt: skip
+    model = trainer.load_run(sst2_run)
+    first = model.export(str(tmp_path / "m"))
+    stale = iter([1])  # what a writer that started before the first was renamed saw
+    newest = serving.next_version
+    monkeypatch.setattr(serving, "next_version", lambda d: next(stale, None) or newest(d))
+    second = model.export(str(tmp_path / "m"))
+    assert (os.path.basename(first), os.path.basename(second)) == ("1", "2")
+    assert sorted(os.listdir(tmp_path / "m")) == ["1", "2"]  # no temporary folder left
+    assert tf.saved_model.contains_saved_model(second)
+
+
 def test_column_parts_flag_is_checked_against_the_model_before_exporting(sst2_run, tmp_path):
     from absl import app
 
