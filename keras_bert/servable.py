@@ -11,6 +11,8 @@ match it has not been trained.
 """
 
 import hashlib
+import os
+import uuid
 
 import keras
 import numpy as np
@@ -18,7 +20,6 @@ import numpy as np
 from keras_bert import serving
 from keras_bert.column_parts import check_column_parts, serving_column_parts
 from keras_bert.encoder import INPUT_NAMES, BertEncoder
-
 
 # Compute precisions by name -> the Keras dtype policy that computes in them.
 PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
@@ -66,20 +67,39 @@ class ServableModel(keras.Model):
 
     def save(self, filepath, overwrite=True, include_optimizer=False, **kwargs):
         """Saves one `.keras` file that predicts on raw strings with nothing beside it.
-        Optimizer state (two slots per weight with AdamW) is left out unless asked for."""
+        Optimizer state (two slots per weight with AdamW) is left out unless asked for.
+
+        The file is written under a temporary name beside `filepath`, then renamed onto it: a
+        save that fails part way (a full disk) leaves the file that was there as it was. With
+        overwrite=False, an existing file is refused (FileExistsError)."""
         if str(filepath).endswith((".h5", ".hdf5")):
             raise ValueError(f"{filepath}: a task model saves as one .keras file (weights, "
                              "vocabulary and settings); HDF5 cannot hold its preprocessor. Use "
                              "a .keras path, or save_weights for the weights alone")
+        if not isinstance(filepath, (str, os.PathLike)):
+            return self._save(filepath, include_optimizer, **kwargs)
+        filepath = os.fspath(filepath)
+        if not overwrite and os.path.exists(filepath):
+            raise FileExistsError(f"{filepath} exists; pass overwrite=True to replace it")
+        folder, name = os.path.split(os.path.abspath(filepath))
+        tmp = os.path.join(folder, f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex}.keras")
+        try:
+            self._save(tmp, include_optimizer, **kwargs)
+            os.replace(tmp, filepath)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    def _save(self, filepath, include_optimizer, **kwargs):
         if include_optimizer or not self.compiled:
-            return super().save(filepath, overwrite=overwrite, **kwargs)
+            return super().save(filepath, overwrite=True, **kwargs)
         optimizer = self.optimizer
         # Hidden for the save only: Keras saves an optimizer's state and a compile config
         # (which would rebuild an empty optimizer on load) when it finds them.
         object.__setattr__(self, "optimizer", None)
         object.__setattr__(self, "compiled", False)
         try:
-            return super().save(filepath, overwrite=overwrite, **kwargs)
+            return super().save(filepath, overwrite=True, **kwargs)
         finally:
             object.__setattr__(self, "optimizer", optimizer)
             object.__setattr__(self, "compiled", True)

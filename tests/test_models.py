@@ -688,6 +688,32 @@ def test_training_is_refused_where_onednn_assumes_frozen_weights(classifier, mon
     classifier.fit(SENTENCES, LABELS, verbose=0)
 
 
+def test_a_save_that_fails_part_way_leaves_the_old_file(classifier, tmp_path, monkeypatch):
+    import errno
+
+    from keras.src.saving import saving_lib
+
+    path = tmp_path / "model.keras"
+    classifier.save(str(path))
+    good = path.read_bytes()
+    write = saving_lib.save_model
+
+    def full_disk(model, filepath, *args, **kwargs):
+        write(model, filepath, *args, **kwargs)  # the whole file, then the disk is full
+        with open(filepath, "r+b") as f:
+            f.truncate(100)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(saving_lib, "save_model", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        classifier.save(str(path))
+    assert path.read_bytes() == good
+    assert os.listdir(tmp_path) == ["model.keras"]  # nor a temporary file beside it
+    monkeypatch.undo()
+    with pytest.raises(FileExistsError, match=r"model.keras exists; pass overwrite=True"):
+        classifier.save(str(path), overwrite=False)
+
+
 def test_saved_file_stands_alone_without_optimizer_state(classifier, tmp_path):
     classifier.compile(learning_rate=2e-2)
     classifier.fit(SENTENCES * 8, LABELS * 8, batch_size=8, epochs=8, verbose=0)
