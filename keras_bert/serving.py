@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
+from keras_bert import textfiles
 from keras_bert.config import whole_number
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.tf_serving import LoadedLikeTfServing, error_line
@@ -183,9 +184,16 @@ def save_versioned(module, signatures, model_dir, warmup=None, version=None, opt
         _refuse_taken(os.path.join(model_dir, str(version)))
     tmp = os.path.join(model_dir, f".tmp-{os.getpid()}-{uuid.uuid4().hex}")
     try:
-        save_checked(module, tmp, signatures, text_requests(warmup or []), options)
-        if warmup:
-            write_warmup_requests(tmp, model_name, warmup)
+        try:
+            save_checked(module, tmp, signatures, text_requests(warmup or []), options)
+            if warmup:
+                write_warmup_requests(tmp, model_name, warmup)
+        except (OSError, tf.errors.OpError) as e:
+            full = textfiles.out_of_space(e)
+            if full is None:
+                raise
+            raise OSError(f"could not write the export in {model_dir} ({full}); make room, "
+                          "then export again") from None  # fmt: skip
         while True:
             final = os.path.join(model_dir, str(version if explicit else next_version(model_dir)))
             try:

@@ -5,6 +5,7 @@ reader build on it, so that a folder where a file is expected, a missing file an
 not UTF-8 get the same one-line answer everywhere.
 """
 
+import errno
 import os
 
 
@@ -60,3 +61,25 @@ def read_text(path, what="file", encoding="utf-8", errors="strict", hint=None):
     with open(path, "rb") as f:
         data = f.read()
     return decode(data, path, encoding, errors, hint).removeprefix("\ufeff")
+
+
+def write_failure(error):
+    """What stopped a write, in a few words: a full disk or file-size limit by name, otherwise
+    the first line of the error (h5py and TensorFlow name the errno deep inside a long message)."""
+    text = str(error)
+    full = out_of_space(error)
+    if full:
+        return full
+    line = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return line if len(line) <= 200 else line[:200] + "..."
+
+
+def out_of_space(error):
+    """"the disk is full" or "the file grew past the file-size limit (ulimit -f)" when that is
+    what stopped a write (an OSError, h5py's or TensorFlow's error), else None."""
+    text, code = str(error), getattr(error, "errno", None)
+    if code == errno.ENOSPC or any(s in text for s in ("errno = 28", "No space left")):
+        return "the disk is full"
+    if code == errno.EFBIG or any(s in text for s in ("errno = 27", "File too large")):
+        return "the file grew past the file-size limit (ulimit -f)"
+    return None

@@ -127,6 +127,8 @@ def run_main(main):
     import tensorflow as tf
     from absl import app, flags
 
+    from keras_bert import textfiles
+
     flags.DEFINE_bool("verbose_errors", False, "Show the Python traceback of an error, not just "
                       "its message.")  # fmt: skip
     user_errors = (app.UsageError, ValueError, OSError, tf.errors.InvalidArgumentError)
@@ -138,6 +140,10 @@ def run_main(main):
             if flags.FLAGS.verbose_errors:
                 raise
             message = e.message if isinstance(e, tf.errors.OpError) else str(e)
+            full = textfiles.out_of_space(e)
+            if full and not message.startswith("could not write"):  # not said already
+                message = (f"{full} ({message.strip().splitlines()[0]}); make room, then run the "
+                           "same command again")  # fmt: skip
             print(f"error: {message.strip().splitlines()[0] if message.strip() else type(e).__name__}",
                   file=sys.stderr)  # fmt: skip
             sys.exit(1)

@@ -287,11 +287,19 @@ class RunBackup(keras.callbacks.Callback):
         start = time.perf_counter()
         os.makedirs(self.backup_dir, exist_ok=True)
         tmp = os.path.join(self.backup_dir, f"latest.tmp-{os.getpid()}.weights.h5")
-        self.model.save_weights(tmp, overwrite=True)
-        save_random_state(self.model, tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())  # on disk before it replaces the previous backup
-        os.replace(tmp, self.path)
+        try:
+            self.model.save_weights(tmp, overwrite=True)
+            save_random_state(self.model, tmp)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())  # on disk before it replaces the previous backup
+            os.replace(tmp, self.path)
+        except (OSError, RuntimeError) as e:  # h5py reports a failed write as either
+            raise OSError(f"could not write the backup {self.path} ({textfiles.write_failure(e)}); "
+                          "make room, then run the same command again: it goes on from the "
+                          "previous backup") from None  # fmt: skip
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)  # a partial backup is worth nothing, and may be large
         self._batches = 0
         seconds = time.perf_counter() - start
         if seconds > 2:  # a large model's optimizer state on a slow disk: say what the wait was

@@ -20,7 +20,7 @@ import tensorflow as tf
 from absl import flags, logging
 
 import tasks
-from keras_bert import distribute
+from keras_bert import distribute, textfiles
 from keras_bert.servable import PRECISIONS
 from tasks import common, progress, runs  # noqa: F401  (common defines the flags read here)
 
@@ -189,9 +189,16 @@ def save_run(output_dir, model):
     sequence length and window settings inside), without optimizer state."""
     runs.check_finite_weights(model)  # the last step's update is seen by no loss
     os.makedirs(output_dir, exist_ok=True)
-    tmp = os.path.join(output_dir, f"model.tmp-{os.getpid()}.keras")
-    model.save(tmp)
-    os.replace(tmp, os.path.join(output_dir, "model.keras"))
+    path = os.path.join(output_dir, "model.keras")
+    try:
+        model.save(path)  # under a temporary name, renamed into place (ServableModel.save)
+    except OSError as e:
+        full = textfiles.out_of_space(e)
+        if full is None:
+            raise
+        raise OSError(f"could not write {path} ({full}); make room, then run the same command "
+                      "again: the training is backed up, and it saves the model without "
+                      "training again") from None  # fmt: skip
 
 
 def load_run(run_dir):

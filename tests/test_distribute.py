@@ -178,6 +178,27 @@ def test_ctrl_c_says_in_one_line_that_the_command_resumes(tmp_path, tiny_checkpo
     assert re.search(r"resuming from the backup at step [1-9]\d* of 48\n", result.stderr)
 
 
+@pytest.mark.slow
+def test_a_full_disk_while_backing_up_is_one_line_and_leaves_no_partial_backup(
+        tmp_path, tiny_checkpoint):  # fmt: skip
+    """The disk is simulated by a file-size limit of 2 MB, less than the tiny model's backup."""
+    command = glue_command(tiny_checkpoint, tmp_path, "--num_train_epochs=2",
+                           "--max_train_examples=32")  # fmt: skip
+    code = ("import resource, runpy, signal, sys\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # a write past it fails instead
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 20, 2 << 20))\n"
+            f"sys.argv = {['tasks.glue', *command[3:]]!r}\n"
+            "runpy.run_module('tasks.glue', run_name='__main__')\n")  # fmt: skip
+    result = run_binary(["-c", code])
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: could not write the backup {tmp_path / 'backup' / 'latest.weights.h5'} (the "
+        "file grew past the file-size limit (ulimit -f)); make room, then run the same command "
+        "again: it goes on from the previous backup")
+    assert os.listdir(tmp_path / "backup") == []
+
+
 def cpu_info(tmp_path, vendor, flags):
     """A /proc/cpuinfo of two cores, each listing `flags`."""
     core = f"processor\t: {{}}\nvendor_id\t: {vendor}\nmodel name\t: A CPU\nflags\t\t: {flags}\n"

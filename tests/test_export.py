@@ -180,6 +180,27 @@ def test_two_exports_at_once_into_one_folder_make_two_whole_versions(sst2_run, t
         assert os.path.isfile(os.path.join(path, "variables", "variables.index"))
 
 
+def test_a_full_disk_while_exporting_is_one_line_and_leaves_nothing(sst2_run, tmp_path,
+                                                                   monkeypatch):  # fmt: skip
+    """The disk fills while TensorFlow writes the SavedModel's variables."""
+    model = trainer.load_run(sst2_run)
+    model_dir = tmp_path / "m"
+    model.export(str(model_dir))
+
+    def full_disk(module, path, *args, **kwargs):
+        os.makedirs(os.path.join(path, "variables"))
+        with open(os.path.join(path, "variables", "variables.data-00000-of-00001"), "wb") as f:
+            f.write(b"\0" * 1000)
+        raise tf.errors.ResourceExhaustedError(None, None, f"{path}/variables/variables.data-"
+                                               "00000-of-00001; No space left on device")
+
+    monkeypatch.setattr(serving, "save_checked", full_disk)
+    with pytest.raises(OSError, match=rf"^could not write the export in {model_dir} \(the disk is "
+                                      r"full\); make room, then export again$"):  # fmt: skip
+        model.export(str(model_dir))
+    assert os.listdir(model_dir) == ["1"]  # the good version, and no partial one beside it
+
+
 def test_an_export_whose_version_was_taken_while_it_saved_takes_the_next(sst2_run, tmp_path,
                                                                           monkeypatch):  # fmt: skip
     model = trainer.load_run(sst2_run)
