@@ -64,6 +64,9 @@ class WordTagger(BertPreprocessor):
                              f"{tags.count(repeated[0])} times")  # fmt: skip
         if "O" not in tags:
             raise ValueError(f"the tag set has no 'O': {tags}")
+        if len(tags) < 2:
+            raise ValueError("the tag set is 'O' alone: a tagger needs at least one entity tag "
+                             "(B-PER, say) beside it")  # fmt: skip
         for tag in tags:
             if tag != "O" and tag[:2] not in ("B-", "I-"):
                 raise ValueError(f"tag {tag!r} is not O, B-<type> or I-<type>")

@@ -180,7 +180,14 @@ class NerBinary(driver.TaskBinary):
         if not FLAGS.train_file:
             raise app.UsageError("pass --train_file, or --nodo_train to predict with the "
                                  "finished run in --output_dir")  # fmt: skip
-        return read_conll(FLAGS.train_file).head(FLAGS.max_train_examples)
+        training = read_conll(FLAGS.train_file).head(FLAGS.max_train_examples)
+        if all(tag == "O" for sentence in training.labels for tag in sentence):
+            within = (f" (its first --max_train_examples={FLAGS.max_train_examples} sentences)"
+                      if FLAGS.max_train_examples else "")  # fmt: skip
+            raise ValueError(f"--train_file={FLAGS.train_file}{within} tags every word O: with "
+                             "no entity there is nothing to learn; pass a file with B- and I- "
+                             "tags")  # fmt: skip
+        return training
 
     def build_model(self, training):
         tags = ["O"] + sorted({t for sentence in training.labels for t in sentence} - {"O"})

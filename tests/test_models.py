@@ -412,7 +412,9 @@ def test_bad_model_settings_are_refused_in_one_line(tiny_checkpoint):
     # tag made a second class of it, never trained.
     for tags, message in [("O B-PER", "tags must be a list of tag names, got the string "
                                       "'O B-PER'"),
-                          (["O", "B-PER", "O"], "tags must each appear once, got 'O' 2 times")]:
+                          (["O", "B-PER", "O"], "tags must each appear once, got 'O' 2 times"),
+                          (["O"], "the tag set is 'O' alone: a tagger needs at least one entity tag "
+                                  "(B-PER, say) beside it")]:
         one_line_error(lambda: keras_bert.BertTokenClassifier.from_checkpoint(
             tiny_checkpoint, tags, sequence_length=16), message)  # fmt: skip
     model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=np.int64(3),
@@ -421,7 +423,7 @@ def test_bad_model_settings_are_refused_in_one_line(tiny_checkpoint):
     # Keras's functional Model dropped a keyword argument it did not know: a misspelt setting
     # built the model with the default (here 2 classes) without a word.
     for model_class, kwargs in [(keras_bert.BertClassifier, dict(num_clases=3)),
-                                (keras_bert.BertTokenClassifier, dict(tags=["O"], dropuot=0.2)),
+                                (keras_bert.BertTokenClassifier, dict(tags=["O", "B-PER"], dropuot=0.2)),
                                 (keras_bert.BertPretrainer, dict(masked_lm_porb=0.2))]:  # fmt: skip
         message = f"{model_class.__name__} got unexpected argument.* {list(kwargs)[-1]}: it takes"
         with pytest.raises(TypeError, match=message):
