@@ -31,6 +31,17 @@ TEXTS = ("context", "endings")
 COLUMNS = ("sent1", "sent2", "ending0", "ending1", "ending2", "ending3")
 
 
+def csv_rows(text):
+    """[(line, row)] of a CSV file with a header: each row (a dict) with the line it starts on,
+    which a quoted line break in an earlier row puts past its row number."""
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows, read = [], None
+    for row in reader:
+        rows.append(((read or 1) + 1, row))  # the line after the previous row's (the header's)
+        read = reader.line_num
+    return rows
+
+
 def read_swag(path, labelled=True):
     """Returns a Split with texts `context` (n,) and `endings` (n, 4), labels (n,) or None."""
     text = textfiles.read_text(path, "SWAG file")
@@ -46,7 +57,7 @@ def read_swag(path, labelled=True):
                     raise ValueError(f"{path}:{line}: not a JSON object (one example per line, "
                                      f"with {', '.join(COLUMNS)} and label)")  # fmt: skip
     else:
-        rows = list(enumerate(csv.DictReader(io.StringIO(text, newline="")), start=2))
+        rows = csv_rows(text)
     contexts, endings, labels, ids = [], [], [], []
     for line, row in rows:
         missing = [c for c in COLUMNS + (("label",) if labelled else ()) if row.get(c) is None]
