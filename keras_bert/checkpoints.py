@@ -87,6 +87,11 @@ def detect_format(path):
         return HUGGING_FACE, folder
     if os.path.isfile(os.path.join(folder, "bert_config.json")):
         return GOOGLE, folder
+    for name in ("model.safetensors", "bert_config.json", "config.json", "model.keras"):
+        link = os.path.join(folder, name)
+        if os.path.islink(link) and not os.path.exists(link):
+            raise ValueError(f"{link} is a link to {os.readlink(link)}, which does not exist; "
+                             "point it at the file, or copy the file there")  # fmt: skip
     if os.path.isfile(os.path.join(folder, "pytorch_model.bin")):
         raise ValueError(
             f"{folder} holds only pytorch_model.bin; keras_bert never unpickles "
@@ -178,11 +183,16 @@ def _load_hugging_face(folder):
     encoder = BertEncoder(**read_config(folder).to_dict())
     weights_file = os.path.join(folder, "model.safetensors")
     try:
+        with open(weights_file, "rb") as f:
+            f.read(1)
+    except OSError as e:  # not its format: the file itself (permissions, a disk error)
+        raise ValueError(f"cannot read {weights_file}: {e.strerror or e}; check that this user "
+                         "may read it") from None  # fmt: skip
+    try:
         weights = safe_open(weights_file, framework="np")
     except Exception as e:
-        raise ValueError(
-            f"could not read {weights_file} (truncated or not safetensors): {e}"
-        ) from e
+        raise ValueError(f"{weights_file} is not a whole safetensors file (truncated, or "
+                         f"another format): {e}") from None  # fmt: skip
     keys = _hf_keys(weights.keys())
     read = lambda name: weights.get_tensor(keys[name])
     shapes = {name: weights.get_slice(key).get_shape() for name, key in keys.items()}

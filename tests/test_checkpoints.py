@@ -293,3 +293,22 @@ def test_from_checkpoint_entry_points(tmp_path):
     encoder = checkpoints.load_checkpoint(folder).encoder
     tokenizer = BertTokenizer.from_checkpoint(folder)
     assert encoder.config.vocab_size == 99 and tokenizer.vocabulary == TINY_VOCAB
+
+
+def test_unreadable_weights_are_named_as_unreadable(tmp_path, monkeypatch):
+    folder = _tiny_hf_folder(tmp_path)
+    weights = os.path.join(folder, "model.safetensors")
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(checkpoints, "open", refused, raising=False)
+    with pytest.raises(ValueError, match=rf"^cannot read {weights}: Permission denied; check "
+                                         r"that this user may read it$"):  # fmt: skip
+        checkpoints.load_checkpoint(folder)
+    monkeypatch.undo()
+    with open(weights, "r+b") as f:
+        f.truncate(64)
+    with pytest.raises(ValueError, match=rf"^{weights} is not a whole safetensors file "
+                                         r"\(truncated, or another format\)"):  # fmt: skip
+        checkpoints.load_checkpoint(folder)
