@@ -317,6 +317,7 @@ def main(argv):
     history = trainer.fit_resumably(model, strategy, make_stream, loop,
                                    FLAGS.num_train_steps * accumulation, [], output_dir, loop)  # fmt: skip
     for fmt in (checkpoints.GOOGLE, checkpoints.HUGGING_FACE):
+        runs.record(os.path.join(target, fmt))
         model.save_checkpoint(os.path.join(target, fmt), fmt)
     runs.write_json(os.path.join(target, "history.json"), history)
     logging.info("final metrics: %s", {k: v[-1] for k, v in history.items()})

@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -31,9 +32,17 @@ from keras_bert import optimization, textfiles
 
 SETTINGS = "settings.json"
 FINISHED = "model.keras"
-# What a run writes into its folder, removed by --overwrite_output_dir.
+# The names of everything the runs of a folder wrote into it (record): what
+# --overwrite_output_dir removes, and all a run folder may hold.
+MANIFEST = "run_files.json"
+# What a run wrote into its folder before the manifest was kept (a folder with settings.json).
 RUN_FILES = (SETTINGS, FINISHED, "backup", "metrics.json", "logs", "history.json", "google",
              "huggingface")  # fmt: skip
+# Besides the manifest's names: the lock, the other workers' copies of a multi-worker run
+# (trainer.run_dir_of), and what a writer killed mid-write leaves (write_atomically's
+# temporary files, ServableModel.save's).
+OWN_NAMES = re.compile(r"\.lock|worker_\d+|tmp\w+\.tmp|\..+\.tmp-\d+-\w+\.keras")
+LEFT_BY_A_KILL = re.compile(r"tmp\w+\.tmp|\..+\.tmp-\d+-\w+\.keras")
 # Flags that change where, how or what a run reports, not what it learns.
 NOT_SETTINGS = frozenset({
     "output_dir", "overwrite_output_dir", "do_train", "do_eval", "do_predict", "eval_batch_size",
@@ -50,9 +59,11 @@ _LOCKS = {}  # run folder -> its locked .lock file, held until release()
 
 def write_atomically(path, data):
     """Writes str or bytes to `path` through a temporary file in the same folder, readable as
-    any other file the user creates (the umask's mode, not the temporary file's 0600)."""
+    any other file the user creates (the umask's mode, not the temporary file's 0600); a run
+    folder records its name first (`record`)."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
+    record(path)
     with tempfile.NamedTemporaryFile("wb", dir=folder, delete=False, suffix=".tmp") as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
         os.fchmod(f.fileno(), 0o666 & ~_UMASK)
@@ -111,13 +122,62 @@ def _read_settings(path):
                              "start the run again") from None  # fmt: skip
 
 
+def record(path):
+    """Adds `path`'s name to its folder's manifest, if the folder is a run's (it has one):
+    called before anything is written at the top of a run folder, so that whatever a kill
+    leaves there is known as the run's."""
+    folder, name = os.path.split(os.path.abspath(path))
+    manifest = os.path.join(folder, MANIFEST)
+    if name == MANIFEST or not os.path.isfile(manifest):
+        return
+    names = _read_manifest(manifest)
+    if name not in names:
+        write_json(manifest, sorted(names | {name}))
+
+
+def _read_manifest(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            names = json.load(f)
+    except (OSError, ValueError):
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise app.UsageError(f"{path} is not a list of file names (the files its folder's runs "
+                             "wrote); remove the folder's run by hand, or pass another "
+                             "--output_dir")  # fmt: skip
+    return set(names)
+
+
+def _run_files(run_dir):
+    """(the names the folder's runs wrote that are there, the names nobody recorded). Left-over
+    temporary files of a killed writer are removed first."""
+    entries = set(os.listdir(run_dir))
+    for name in sorted(entries):
+        if LEFT_BY_A_KILL.fullmatch(name):
+            path = os.path.join(run_dir, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+            entries.discard(name)
+    manifest = os.path.join(run_dir, MANIFEST)
+    if os.path.isfile(manifest):
+        ours = _read_manifest(manifest) | {MANIFEST}
+    elif SETTINGS in entries:  # a run from before the manifest was kept
+        ours = set(RUN_FILES)
+    else:
+        ours = set()
+    foreign = {n for n in entries - ours if not OWN_NAMES.fullmatch(n)}
+    return sorted(entries & ours), sorted(foreign)
+
+
 def claim(run_dir, settings, overwrite=False, finished=FINISHED):
     """Locks `run_dir` for this process and checks what it holds against `settings`.
 
     Returns "new", "resume" (the same run, unfinished) or "finished" (the same run, whose
-    `finished` file is written: model.keras by default). A run with other settings is refused unless `overwrite`, which
-    removes it; so is one whose settings were not recorded, and a folder another writer holds
-    (until `release`).
+    `finished` file is written: model.keras by default). A folder is a run's only if its runs
+    wrote everything in it (the manifest, `record`): one that holds anything else is refused,
+    with or without `overwrite`, and nothing in it is removed. A run with other settings is
+    refused unless `overwrite`, which removes everything the folder's runs wrote (an old run's
+    predictions too); so is one whose settings were not recorded, and a folder another writer
+    holds (until `release`).
     """
     textfiles.make_folder(run_dir, "--output_dir")
     lock = open(os.path.join(run_dir, ".lock"), "a")
@@ -128,14 +188,21 @@ def claim(run_dir, settings, overwrite=False, finished=FINISHED):
         raise app.UsageError(f"another run is writing to --output_dir={run_dir}; wait for it to "
                              "end, or pass another --output_dir") from None  # fmt: skip
     _LOCKS[os.path.realpath(run_dir)] = lock
+    present, foreign = _run_files(run_dir)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise app.UsageError(f"--output_dir={run_dir} holds {shown}, which no run wrote; pass "
+                             "an empty or new --output_dir (--overwrite_output_dir replaces "
+                             "only what runs wrote)")  # fmt: skip
     recorded = _read_settings(os.path.join(run_dir, SETTINGS))
-    present = [name for name in RUN_FILES if os.path.exists(os.path.join(run_dir, name))]
+    manifest = os.path.join(run_dir, MANIFEST)
     if overwrite and present:
-        logging.warning("--overwrite_output_dir: removing the run in %s", run_dir)
+        logging.warning("--overwrite_output_dir: removing the run in %s (%s)", run_dir,
+                        ", ".join(present))  # fmt: skip
         for name in present:
             path = os.path.join(run_dir, name)
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    elif recorded is None and present:
+    elif recorded is None and set(present) - {MANIFEST}:
         raise app.UsageError(f"--output_dir={run_dir} holds a run whose settings were not "
                              f"recorded ({', '.join(present)}); pass --overwrite_output_dir to "
                              "replace it, or another --output_dir")  # fmt: skip
@@ -146,7 +213,10 @@ def claim(run_dir, settings, overwrite=False, finished=FINISHED):
             raise app.UsageError(f"--output_dir={run_dir} holds a run with other settings "
                                  f"({shown}): pass --overwrite_output_dir to replace it, "
                                  "--nodo_train to use it as it is, or another --output_dir")  # fmt: skip
+        if not os.path.isfile(manifest):  # a run from before the manifest was kept
+            write_json(manifest, present)
         return "finished" if os.path.exists(os.path.join(run_dir, finished)) else "resume"
+    write_json(manifest, [])  # first: every name written from here on is recorded in it
     write_json(os.path.join(run_dir, SETTINGS), settings)
     return "new"
 
@@ -285,6 +355,7 @@ class RunBackup(keras.callbacks.Callback):
     def save(self):
         check_finite_weights(self.model)  # a backup that went on from nan would be worthless
         start = time.perf_counter()
+        record(self.backup_dir)
         os.makedirs(self.backup_dir, exist_ok=True)
         tmp = os.path.join(self.backup_dir, f"latest.tmp-{os.getpid()}.weights.h5")
         try:

@@ -58,6 +58,7 @@ class DevMetrics(keras.callbacks.Callback):
         self.metric_fn = metric_fn
         self.path = os.path.join(output_dir, "metrics.json")
         self.write = write
+        runs.record(os.path.join(output_dir, "logs"))
         self.writer = tf.summary.create_file_writer(os.path.join(output_dir, "logs", "dev"))
         self.latest = {}
 
@@ -124,6 +125,7 @@ def fit_resumably(model, strategy, make_stream, batches_per_epoch, total_batches
         return {}
     if done:
         logging.info("resuming from the backup at step %d of %d", done, total_batches)
+    runs.record(os.path.join(output_dir, "logs"))  # TensorBoard's, the speed log's, dev's
     callbacks = run_callbacks(strategy, output_dir, callbacks, backup)
     chief, terminal = is_chief(strategy), progress.on_a_terminal()
     if chief:
@@ -190,6 +192,7 @@ def save_run(output_dir, model):
     runs.check_finite_weights(model)  # the last step's update is seen by no loss
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "model.keras")
+    runs.record(path)
     try:
         model.save(path)  # under a temporary name, renamed into place (ServableModel.save)
     except OSError as e:

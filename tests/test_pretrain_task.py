@@ -240,15 +240,16 @@ def test_streaming_pretraining_from_raw_text(tmp_path, minilm_dir):
     text.write_bytes(open(os.path.join(DATA, "pretrain", "moby_crlf_part.txt"), "rb").read())
     command = [sys.executable, "-m", "tasks.pretrain", f"--text_file={text}",
                "--text_format=text", f"--bert_config_file={tmp_path / 'bert_config.json'}",
-               f"--vocab_file={os.path.join(minilm_dir, 'vocab.txt')}", f"--output_dir={tmp_path}",
+               f"--vocab_file={os.path.join(minilm_dir, 'vocab.txt')}",
+               f"--output_dir={tmp_path / 'run'}",
                "--max_seq_length=64", "--max_predictions_per_seq=10", "--train_batch_size=8",
                "--num_train_steps=20", "--steps_per_loop=10", "--num_warmup_steps=2",
                "--optimizer=lamb", "--gradient_accumulation_steps=2"]  # fmt: skip
     (tmp_path / "bert_config.json").write_text(json.dumps(CONFIG))
     run(command)
-    history = json.loads((tmp_path / "history.json").read_text())
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
     assert len(history["loss"]) == 2 and all(np.isfinite(history["loss"]))
-    assert checkpoints.load_checkpoint(str(tmp_path / "google")).masked_lm is not None
+    assert checkpoints.load_checkpoint(str(tmp_path / "run" / "google")).masked_lm is not None
     # The run records its text's SHA-256: edited since, the text is not trained on as if the
     # finished run had seen it.
     with open(text, "ab") as f:

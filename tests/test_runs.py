@@ -36,7 +36,7 @@ def test_a_folder_holds_one_run_and_says_which(tmp_path):
     runs.release(folder)
     assert runs.claim(folder, SETTINGS) == "resume"
     runs.release(folder)
-    (tmp_path / "run" / "model.keras").write_text("finished")
+    runs.write_atomically(str(tmp_path / "run" / "model.keras"), "finished")
     assert runs.claim(folder, SETTINGS) == "finished"
     runs.release(folder)
     other = {**SETTINGS, "learning_rate": 1e-3}
@@ -45,13 +45,44 @@ def test_a_folder_holds_one_run_and_says_which(tmp_path):
         runs.claim(folder, other)
     runs.release(folder)
     assert runs.claim(folder, other, overwrite=True) == "new"
-    assert sorted(os.listdir(folder)) == [".lock", "settings.json"]
+    assert sorted(os.listdir(folder)) == [".lock", "run_files.json", "settings.json"]
     runs.release(folder)
+
+
+def test_a_folder_is_a_runs_only_if_runs_wrote_everything_in_it(tmp_path):
+    """A folder holding files no run wrote is refused, --overwrite_output_dir or not, and
+    nothing of it is touched; overwriting a run removes everything its runs wrote, predictions
+    written after the run too, and what a killed writer left; nothing else."""
+    mine = tmp_path / "mine"
+    (mine / "logs").mkdir(parents=True)
+    (mine / "backup").mkdir()
+    (mine / "notes.txt").write_text("my own")
+    for overwrite in (False, True):
+        with pytest.raises(app.UsageError, match=rf"^--output_dir={mine} holds backup, logs, "
+                                                 r"notes.txt, which no run wrote; pass an empty"):
+            runs.claim(str(mine), SETTINGS, overwrite=overwrite)
+        runs.release(str(mine))
+    assert sorted(os.listdir(mine)) == [".lock", "backup", "logs", "notes.txt"]
+    run = str(tmp_path / "run")
+    assert runs.claim(run, SETTINGS) == "new"
+    runs.write_atomically(os.path.join(run, "model.keras"), "finished")
+    runs.release(run)
+    runs.write_atomically(os.path.join(run, "test_results.tsv"), "predictions")  # after release
+    (tmp_path / "run" / "tmpab12_x.tmp").write_text("half")  # write_atomically's, killed
+    other = {**SETTINGS, "learning_rate": 1e-3}
+    assert runs.claim(run, other, overwrite=True) == "new"
+    assert sorted(os.listdir(run)) == [".lock", "run_files.json", "settings.json"]
+    runs.release(run)
+    (tmp_path / "run" / "yours.txt").write_text("")
+    with pytest.raises(app.UsageError, match="holds yours.txt, which no run wrote"):
+        runs.claim(run, other, overwrite=True)
+    runs.release(run)
+    assert os.path.exists(tmp_path / "run" / "settings.json")
 
 
 def test_a_run_without_recorded_settings_is_not_reused(tmp_path):
     (tmp_path / "backup").mkdir()
-    with pytest.raises(app.UsageError, match="settings were not recorded \\(backup\\)"):
+    with pytest.raises(app.UsageError, match="holds backup, which no run wrote"):
         runs.claim(str(tmp_path), SETTINGS)
     runs.release(str(tmp_path))
     (tmp_path / "file").write_text("")
