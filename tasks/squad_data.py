@@ -41,8 +41,11 @@ def read_squad(path):
 
 def _check_question(question, where):
     _expect(question, dict, f"{where}: a question", "a JSON object")
-    if not isinstance(question.get("id"), (str, int)):
+    if "id" not in question:
         raise ValueError(f"{where}: a question has no 'id'")
+    if isinstance(question["id"], bool) or not isinstance(question["id"], (str, int)):
+        raise ValueError(f"{where}: a question's 'id' is {_describe(question['id'])} "
+                         f"({question['id']!r}), not a string")  # fmt: skip
     question["id"] = str(question["id"])
     where = f"{where}: question {question['id']}"
     _expect(question.get("question"), str, f"{where}: 'question'", "a string")
