@@ -309,10 +309,19 @@ def _write_hugging_face(checkpoint, folder, entries):
     )
 
 
-def save_checkpoint(checkpoint, folder, format=HUGGING_FACE):
-    """Writes a `BertCheckpoint` to `folder` in the given layout, file by file atomically.
+# Each layout's config file: moved into place last, so that a folder without it is unfinished.
+_CONFIG_FILES = {GOOGLE: "bert_config.json", HUGGING_FACE: "config.json", KERAS: "keras_bert.json"}
+_WORK = ".save-tmp-"  # save_checkpoint's folder for the files it has not moved into place yet
 
-    The config file is written last, so a folder without one was not finished.
+
+def save_checkpoint(checkpoint, folder, format=HUGGING_FACE):
+    """Writes a `BertCheckpoint` to `folder` in the given layout.
+
+    Every file is written first into a folder of this save's own inside `folder`, then moved
+    into place, the config file last: a save that fails while it writes (a full disk) leaves
+    the checkpoint that was there whole, and a folder never holds new weights under an old
+    config (a kill between the moves leaves no config: unfinished, refused when loaded).
+    Files of `folder` that the layout does not write are left as they are.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown checkpoint format {format!r}; use one of {FORMATS}")
@@ -322,28 +331,37 @@ def save_checkpoint(checkpoint, folder, format=HUGGING_FACE):
                         "BertCheckpoint(encoder, vocab_file, do_lower_case)")  # fmt: skip
     if os.path.isfile(folder):
         raise ValueError(f"{folder} is a file; save_checkpoint writes a folder")
+    heads = checkpoint.masked_lm is not None or checkpoint.next_sentence is not None
+    if format == KERAS and heads:
+        raise ValueError("the keras format holds the encoder only; write the pre-training heads "
+                         "in the google or huggingface format")  # fmt: skip
     os.makedirs(folder, exist_ok=True)
-    vocab_target = os.path.join(folder, "vocab.txt")
-    if not os.path.exists(vocab_target) or not os.path.samefile(
-        checkpoint.vocab_file, vocab_target
-    ):
-        _replace_atomically(vocab_target, lambda tmp: shutil.copyfile(checkpoint.vocab_file, tmp))
+    for stale in glob.glob(os.path.join(folder, _WORK + "*")):
+        shutil.rmtree(stale, ignore_errors=True)  # a save killed while it wrote left it
+    work = os.path.join(folder, f"{_WORK}{os.getpid()}")
+    os.makedirs(work)
+    try:
+        vocab_target = os.path.join(folder, "vocab.txt")
+        if not os.path.exists(vocab_target) or not os.path.samefile(checkpoint.vocab_file,
+                                                                    vocab_target):  # fmt: skip
+            shutil.copyfile(checkpoint.vocab_file, os.path.join(work, "vocab.txt"))
+        _write_layout(checkpoint, work, format)
+        config = _CONFIG_FILES[format]
+        if os.path.exists(os.path.join(folder, config)):
+            os.remove(os.path.join(folder, config))  # unfinished until the new one is in
+        for name in sorted(os.listdir(work), key=lambda n: n == config):  # the config last
+            os.replace(os.path.join(work, name), os.path.join(folder, name))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_layout(checkpoint, folder, format):
     entries = variable_names.entries(checkpoint.encoder, checkpoint.masked_lm, checkpoint.next_sentence)
     if format == GOOGLE:
         _write_google(checkpoint, folder, entries)
     elif format == HUGGING_FACE:
         _write_hugging_face(checkpoint, folder, entries)
     else:
-        if checkpoint.masked_lm is not None or checkpoint.next_sentence is not None:
-            raise ValueError(
-                "the keras format holds the encoder only; write the pre-training "
-                "heads in the google or huggingface format"
-            )
-        # Keras insists on the .keras suffix, so the temporary name keeps it.
-        tmp = os.path.join(folder, f"encoder.tmp-{os.getpid()}.keras")
-        checkpoint.encoder.save(tmp)
-        os.replace(tmp, os.path.join(folder, "encoder.keras"))
-        _write_json(
-            os.path.join(folder, "keras_bert.json"),
-            {"do_lower_case": checkpoint.do_lower_case, "format_version": 1},
-        )
+        checkpoint.encoder.save(os.path.join(folder, "encoder.keras"))
+        _write_json(os.path.join(folder, "keras_bert.json"),
+                    {"do_lower_case": checkpoint.do_lower_case, "format_version": 1})  # fmt: skip

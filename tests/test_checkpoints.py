@@ -312,3 +312,35 @@ def test_unreadable_weights_are_named_as_unreadable(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=rf"^{weights} is not a whole safetensors file "
                                          r"\(truncated, or another format\)"):  # fmt: skip
         checkpoints.load_checkpoint(folder)
+
+
+@pytest.mark.parametrize("fmt", ["huggingface", "google", "keras"])
+def test_a_save_that_fails_part_way_leaves_the_old_checkpoint(tmp_path, monkeypatch, fmt):
+    import errno
+
+    vocab = write_vocab(tmp_path / "vocab.txt", TINY_VOCAB)
+    folder = str(tmp_path / "ckpt")
+    old = BertEncoder(**TINY)
+    checkpoints.save_checkpoint(checkpoints.BertCheckpoint(old, vocab, True), folder, fmt)
+    (tmp_path / "ckpt" / "NOTES.md").write_text("the user's own")
+    before = {n: open(os.path.join(folder, n), "rb").read() for n in os.listdir(folder)
+              if os.path.isfile(os.path.join(folder, n))}  # fmt: skip
+    new = BertEncoder(**TINY)
+    written = checkpoints._write_layout
+
+    def full_disk(checkpoint, work, format):
+        written(checkpoint, work, format)  # every file, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoints, "_write_layout", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        checkpoints.save_checkpoint(checkpoints.BertCheckpoint(new, vocab, True), folder, fmt)
+    after = {n: open(os.path.join(folder, n), "rb").read() for n in os.listdir(folder)
+             if os.path.isfile(os.path.join(folder, n))}  # fmt: skip
+    assert after == before and sorted(os.listdir(folder)) == sorted(before)  # no work folder
+    monkeypatch.undo()
+    checkpoints.save_checkpoint(checkpoints.BertCheckpoint(new, vocab, True), folder, fmt)
+    loaded = checkpoints.load_checkpoint(folder).encoder
+    for a, b in zip(loaded.weights, new.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert (tmp_path / "ckpt" / "NOTES.md").read_text() == "the user's own"
