@@ -661,3 +661,36 @@ def test_the_call_costs_bench_refuses_rows_that_are_not_positive():
     bad = subprocess.run([sys.executable, "-m", "benchmarks.call_costs", "--rows=1,0"], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)  # fmt: skip
     assert bad.returncode == 1 and "--rows=1,0: give positive whole numbers" in bad.stderr
+
+
+def test_the_learning_bench_pairs_both_sides_on_one_order_and_head(tmp_path):
+    """benchmarks.learning's bookkeeping: each seed's two sides train on the same examples in
+    the same order from the same head, and the summary is our mean minus PyTorch's."""
+    from absl import app
+
+    from benchmarks import learning
+    from conftest import DATA
+
+    options = {"task": "SST-2", "glue_dir": os.path.join(DATA, "glue"), "checkpoint": "ckpt",
+               "learning_rate": 5e-5, "batch_size": 16, "epochs": 1, "sizes": ["32"],
+               "recipes": ["plain"], "precisions": ["float32"], "seeds": 2, "first_seed": 7}
+    runs = list(learning.runs(options))
+    assert [(r["seed"], r["side"]) for r in runs] == [
+        (7, "keras_bert"), (7, "pytorch"), (8, "keras_bert"), (8, "pytorch")]
+    texts, labels = learning.training_set(runs[0])
+    all_texts, all_labels = learning.read_split(options["glue_dir"], "SST-2", "train")
+    assert sorted(zip(texts, labels.tolist())) == sorted(zip(all_texts[-32:], all_labels[-32:].tolist()))
+    again, _ = learning.training_set(runs[1])
+    other, _ = learning.training_set(runs[2])
+    assert again == texts and other != texts
+    kernel, bias = learning.head_weights(runs[0], 384, 2)
+    assert np.array_equal(kernel, learning.head_weights(runs[1], 384, 2)[0])
+    assert kernel.shape == (384, 2) and np.abs(kernel).max() <= 2 * learning.HEAD_STDDEV
+    assert not bias.any()
+    results = [{**r, "accuracy": a, "f1": 0.5} for r, a in zip(runs, [0.70, 0.72, 0.80, 0.74])]
+    entry = learning.summarise(results)["SST-2 N=32 plain float32"]["accuracy"]
+    assert entry == {"keras_bert": 0.75, "pytorch": 0.73, "difference_points": 2.0}
+    with pytest.raises(app.UsageError, match=r"--sizes: \['ten'\] are not example counts"):
+        learning.check({**options, "sizes": ["ten"]})
+    with pytest.raises(app.UsageError, match="has no MRPC/dev.tsv|has no MRPC/train.tsv"):
+        learning.check({**options, "task": "MRPC", "glue_dir": str(tmp_path)})
