@@ -667,9 +667,9 @@ def test_the_learning_bench_pairs_both_sides_on_one_order_and_head(tmp_path):
     """benchmarks.learning's bookkeeping: each seed's two sides train on the same examples in
     the same order from the same head, and the summary is our mean minus PyTorch's."""
     from absl import app
+    from conftest import DATA
 
     from benchmarks import learning
-    from conftest import DATA
 
     options = {"task": "SST-2", "glue_dir": os.path.join(DATA, "glue"), "checkpoint": "ckpt",
                "learning_rate": 5e-5, "batch_size": 16, "epochs": 1, "sizes": ["32"],
