@@ -35,13 +35,17 @@ FINISHED = "model.keras"
 # The names of everything the runs of a folder wrote into it (record): what
 # --overwrite_output_dir removes, and all a run folder may hold.
 MANIFEST = "run_files.json"
-# What a run wrote into its folder before the manifest was kept (a folder with settings.json).
+# What a run wrote into its folder before the manifest was kept (a folder with settings.json):
+# these names, and the tasks' prediction files.
 RUN_FILES = (SETTINGS, FINISHED, "backup", "metrics.json", "logs", "history.json", "google",
              "huggingface")  # fmt: skip
-# Besides the manifest's names: the lock, the other workers' copies of a multi-worker run
-# (trainer.run_dir_of), and what a writer killed mid-write leaves (write_atomically's
-# temporary files, ServableModel.save's).
-OWN_NAMES = re.compile(r"\.lock|worker_\d+|tmp\w+\.tmp|\..+\.tmp-\d+-\w+\.keras")
+EARLIER_PREDICTIONS = re.compile(r".+\.tsv|.+_predictions\.txt|(nbest_)?predictions\.json|"
+                                 r"null_odds\.json")  # fmt: skip
+# Besides the manifest's names: the lock, and the other workers' copies of a multi-worker run
+# (trainer.run_dir_of).
+OWN_NAMES = re.compile(r"\.lock|worker_\d+")
+# What a writer killed mid-write leaves: write_atomically's and ServableModel.save's temporary
+# files, removed when the folder is claimed.
 LEFT_BY_A_KILL = re.compile(r"tmp\w+\.tmp|\..+\.tmp-\d+-\w+\.keras")
 # Flags that change where, how or what a run reports, not what it learns.
 NOT_SETTINGS = frozenset({
@@ -161,7 +165,7 @@ def _run_files(run_dir):
     if os.path.isfile(manifest):
         ours = _read_manifest(manifest) | {MANIFEST}
     elif SETTINGS in entries:  # a run from before the manifest was kept
-        ours = set(RUN_FILES)
+        ours = set(RUN_FILES) | {n for n in entries if EARLIER_PREDICTIONS.fullmatch(n)}
     else:
         ours = set()
     foreign = {n for n in entries - ours if not OWN_NAMES.fullmatch(n)}

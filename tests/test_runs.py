@@ -284,3 +284,13 @@ def test_a_backup_keeps_the_state_of_the_random_draws(tmp_path):
     runs.restore_random_state(plain, path)
     with pytest.raises(ValueError, match="0 random states, the model has"):
         runs.restore_random_state(trained, path)
+
+
+def test_a_run_from_before_the_manifest_is_read_as_a_run(tmp_path):
+    for name, text in [("settings.json", json.dumps(SETTINGS)), ("model.keras", "finished"),
+                       ("test_results.tsv", "predictions")]:  # fmt: skip
+        (tmp_path / name).write_text(text)
+    assert runs.claim(str(tmp_path), SETTINGS) == "finished"
+    runs.release(str(tmp_path))
+    recorded = json.loads((tmp_path / "run_files.json").read_text())
+    assert recorded == ["model.keras", "settings.json", "test_results.tsv"]
