@@ -195,7 +195,7 @@ def summarise(results):
     """Each setting's means by side, and keras_bert's mean minus PyTorch's (points)."""
     settings = {}
     for r in results:
-        key = f"{r['task']} N={r['size']} {r['recipe']} {r['precision']}"
+        key = f"{r['task']} N={r['size']} {r['recipe']} {r['precision']} lr={r['learning_rate']:g}"
         settings.setdefault(key, {}).setdefault(r["side"], []).append(r)
     summary = {}
     for key, sides in settings.items():

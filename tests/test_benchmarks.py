@@ -688,7 +688,7 @@ def test_the_learning_bench_pairs_both_sides_on_one_order_and_head(tmp_path):
     assert kernel.shape == (384, 2) and np.abs(kernel).max() <= 2 * learning.HEAD_STDDEV
     assert not bias.any()
     results = [{**r, "accuracy": a, "f1": 0.5} for r, a in zip(runs, [0.70, 0.72, 0.80, 0.74])]
-    entry = learning.summarise(results)["SST-2 N=32 plain float32"]["accuracy"]
+    entry = learning.summarise(results)["SST-2 N=32 plain float32 lr=5e-05"]["accuracy"]
     assert entry == {"keras_bert": 0.75, "pytorch": 0.73, "difference_points": 2.0}
     with pytest.raises(app.UsageError, match=r"--sizes: \['ten'\] are not example counts"):
         learning.check({**options, "sizes": ["ten"]})
