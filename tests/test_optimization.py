@@ -89,7 +89,8 @@ def test_layer_decay_keeps_the_decay_exclusions():
 
 def test_fused_adamw_steps_match_keras_adamw():
     """Our AdamW runs TensorFlow's fused Adam kernel; three steps (a dense gradient, and the
-    IndexedSlices an embedding lookup gives) must land where Keras's own AdamW lands."""
+    IndexedSlices an embedding lookup gives) must land where Keras's own AdamW lands (epsilon
+    too small to show where each adds it: see the next test)."""
     import tensorflow as tf
 
     from keras_bert.optimization import AdamW
@@ -99,7 +100,7 @@ def test_fused_adamw_steps_match_keras_adamw():
     results = []
     for make in (AdamW, keras.optimizers.AdamW):
         variables = [keras.Variable(start[0], name="kernel"), keras.Variable(start[1], name="bias")]
-        optimizer = make(learning_rate=1e-2, weight_decay=0.1, epsilon=1e-6, global_clipnorm=1.0)
+        optimizer = make(learning_rate=1e-2, weight_decay=0.1, epsilon=1e-12, global_clipnorm=1.0)
         if make is keras.optimizers.AdamW:  # ours leaves biases out by itself
             optimizer.exclude_from_weight_decay(var_names=["bias"])
         grads = np.random.default_rng(1)
@@ -128,3 +129,27 @@ def test_schedules_and_their_check_count_batches_under_gradient_accumulation():
     optimization.check_schedule_covers(optimizer, 1)  # the 4th batch, the schedule's last
     with pytest.raises(ValueError, match="training steps 4 to 5 would run past .* at step 4"):
         optimization.check_schedule_covers(optimizer, 2)
+
+
+def test_adamw_adds_epsilon_where_the_reference_does():
+    """PyTorch's (and Hugging Face's) AdamW: w -= lr * (m_hat / (sqrt(v_hat) + eps) + decay * w),
+    epsilon added after the bias correction. Keras's Adam (and TensorFlow's kernel) add it
+    before, a far larger epsilon in the first steps: with gradients of 1e-6 and epsilon 1e-6
+    its first step was a thirtieth of the reference's."""
+    from keras_bert.optimization import AdamW
+
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=(4, 3)).astype("float32")
+    grads = [1e-6 * rng.normal(size=(4, 3)).astype("float32") for _ in range(5)]
+    lr, decay, eps, beta_1, beta_2 = 1e-3, 0.01, 1e-6, 0.9, 0.999
+    variable = keras.Variable(start, name="kernel")
+    optimizer = AdamW(learning_rate=lr, weight_decay=decay, epsilon=eps)
+    w, m, v = start.astype("float64"), 0.0, 0.0
+    for step, grad in enumerate(grads, start=1):
+        optimizer.apply([grad], [variable])
+        w = w * (1 - lr * decay)
+        m, v = beta_1 * m + (1 - beta_1) * grad, beta_2 * v + (1 - beta_2) * grad.astype("float64") ** 2
+        m_hat, v_hat = m / (1 - beta_1**step), v / (1 - beta_2**step)
+        w = w - lr * m_hat / (np.sqrt(v_hat) + eps)
+        moved, expected = variable.numpy() - start, w - start
+        np.testing.assert_allclose(moved, expected, rtol=2e-3, atol=1e-8)
