@@ -250,31 +250,20 @@ def load_checkpoint(path, do_lower_case=None):
     return BertCheckpoint(encoder, vocab_file, lower_case, masked_lm, next_sentence)
 
 
+# The writers below write into save_checkpoint's own work folder, which is moved into place
+# whole: each writes its files directly.
 def _write_json(path, values):
-    def write(tmp):
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(values, indent=2, sort_keys=True) + "\n")
-
-    _replace_atomically(path, write)
-
-
-def _replace_atomically(path, write):
-    """Writes through `write(tmp_path)` then renames, so `path` is never half-written."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    write(tmp)
-    os.replace(tmp, path)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps(values, indent=2, sort_keys=True) + "\n")
 
 
 def _write_google(checkpoint, folder, entries):
     prefix = os.path.join(folder, "bert_model.ckpt")
-    tmp = f"{prefix}.tmp-{os.getpid()}"
     names = [e.google for e in entries]
     tensors = [e.variable.numpy().T if e.transpose_google else e.variable.numpy() for e in entries]
     tf.raw_ops.SaveV2(
-        prefix=tmp, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors
+        prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors
     )
-    os.replace(tmp + ".data-00000-of-00001", prefix + ".data-00000-of-00001")
-    os.replace(tmp + ".index", prefix + ".index")
     config = checkpoint.encoder.config.to_dict()
     config["hidden_act"] = _TO_GOOGLE_ACT.get(config["hidden_act"], config["hidden_act"])
     _write_json(os.path.join(folder, "bert_config.json"), config)
@@ -290,7 +279,7 @@ def _write_hugging_face(checkpoint, folder, entries):
         value = e.variable.numpy()
         tensors[name] = np.ascontiguousarray(value.T if e.transpose_hf else value)
     path = os.path.join(folder, "model.safetensors")
-    _replace_atomically(path, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+    save_file(tensors, path, metadata={"format": "pt"})
     architecture = "BertForPreTraining" if heads else "BertModel"
     _write_json(
         os.path.join(folder, "tokenizer_config.json"),

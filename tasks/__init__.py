@@ -141,7 +141,7 @@ def run_main(main):
                 raise
             message = e.message if isinstance(e, tf.errors.OpError) else str(e)
             full = textfiles.out_of_space(e)
-            if full and not message.startswith("could not write"):  # not said already
+            if full and full not in message:  # not said already
                 message = (f"{full} ({message.strip().splitlines()[0]}); make room, then run the "
                            "same command again")  # fmt: skip
             print(f"error: {message.strip().splitlines()[0] if message.strip() else type(e).__name__}",
