@@ -188,7 +188,8 @@ def products_jobs(opts):
 def finetune_jobs(opts):
     """`fit` on SST-2 train sentences, in each of --precisions: bfloat16, the README recipe (the
     quick start), and as the variant finetune~float32, the faster one on a CPU whose bfloat16
-    products are slow."""
+    products are slow. Each also as the variant `~xla`: compile(jit_compile=True), the encoder
+    on static shapes (batches padded to a few lengths), against the default packed steps."""
     import keras
 
     import keras_bert
@@ -196,10 +197,10 @@ def finetune_jobs(opts):
     sentences, labels = sst2("train")
     count = opts["batch_size"] * opts["steps"] * FINETUNE_STEPS_PER_STEP_FLAG
 
-    def job(policy):
+    def job(policy, jit_compile=False):
         keras.config.set_dtype_policy(policy)
         model = keras_bert.BertClassifier.from_checkpoint(checkpoint_folder(opts))
-        model.compile(learning_rate=1e-4, total_steps=10**6)
+        model.compile(learning_rate=1e-4, total_steps=10**6, jit_compile=jit_compile)
         data = model.make_dataset(sentences[:count], labels[:count],
                                   batch_size=opts["batch_size"])  # fmt: skip
 
@@ -209,8 +210,12 @@ def finetune_jobs(opts):
 
         return run
 
-    return {"finetune" if precision == "bfloat16" else f"finetune~{precision}":
-            job(policy_name(precision)) for precision in opts["precisions"]}  # fmt: skip
+    jobs = {}
+    for precision in opts["precisions"]:
+        name = "finetune" if precision == "bfloat16" else f"finetune~{precision}"
+        jobs[name] = job(policy_name(precision))
+        jobs[f"{name}~xla"] = job(policy_name(precision), jit_compile=True)
+    return jobs
 
 
 def prepare_serving(opts):

@@ -21,9 +21,13 @@ import transformers  # noqa: E402
 INFO = {}  # what the jobs' set-up learnt, reported with the versions
 
 
-def autocast(precision):
+# Fine-tuning runs on the GPU where there is one (as keras_bert's side does), else the CPU.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def autocast(precision, device="cpu"):
     if precision == "bfloat16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+        return torch.autocast(device, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
@@ -123,14 +127,16 @@ def serving_jobs(opts):
 def finetune_jobs(opts):
     folder = checkpoint_folder(opts)
     tokenizer = fast_tokenizer(os.path.join(folder, "vocab.txt"))
-    model = transformers.BertForSequenceClassification.from_pretrained(folder, num_labels=2)
+    model = transformers.BertForSequenceClassification.from_pretrained(
+        folder, num_labels=2, attn_implementation="sdpa").to(DEVICE)
     model.train()
+    INFO["finetune_device"] = DEVICE
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     scheduler = transformers.get_linear_schedule_with_warmup(optimizer, 0, 10**6)
     sentences, labels = sst2("train")
     size = opts["batch_size"]
     count = size * opts["steps"] * FINETUNE_STEPS_PER_STEP_FLAG
-    batches = [(sentences[i : i + size], torch.tensor(labels[i : i + size]))
+    batches = [(sentences[i : i + size], torch.tensor(labels[i : i + size]).to(DEVICE))
                for i in range(0, count, size)]  # fmt: skip
     jobs = {}
     for precision in opts["precisions"]:
@@ -138,8 +144,8 @@ def finetune_jobs(opts):
         def run(precision=precision):
             for texts, y in batches:  # dynamic padding: each batch to its longest sentence
                 inputs = tokenizer(texts, padding=True, truncation=True, max_length=128,
-                                   return_tensors="pt")  # fmt: skip
-                with autocast(precision):
+                                   return_tensors="pt").to(DEVICE)  # fmt: skip
+                with autocast(precision, DEVICE):
                     loss = model(**inputs, labels=y).loss
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

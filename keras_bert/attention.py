@@ -95,7 +95,11 @@ class BertSelfAttention(keras.layers.Layer):
     `packing.TokenLayout` of their batch (its input_mask says which keys may be attended to).
     Returns (tokens, hidden_size) in the compute dtype; with `first_only=True`, (batch,
     hidden_size): only each sequence's first token queries (all tokens are still keys).
+    With `static_shapes` (a static layout, BertEncoder.static_shapes), `tokens` holds every
+    position of the batch, (batch * seq, hidden_size).
     """
+
+    static_shapes = False
 
     def __init__(self, hidden_size, num_attention_heads, dropout_rate, initializer_range, **kwargs):
         super().__init__(**kwargs)
@@ -157,18 +161,20 @@ class BertSelfAttention(keras.layers.Layer):
         tokens (packed), those of the queries too, or with `first_only` one a sequence. Traced
         under packing.in_buckets (an export's encoder on a large batch), inference computes it
         in groups of sequences of similar length (packing.attention_buckets)."""
-        spread = functools.partial(spread_for_attention, layout=layout)
+        static = self.static_shapes
+        spread = functools.partial(spread_for_attention, layout=layout, static=static)
         if first_only:
             return self._attend(projected, spread, layout["input_mask"], heads, training,
                                 first_only=True)  # fmt: skip
-        if not training and packing.attending_in_buckets():  # a plain gather spreads each bucket
+        # In buckets, a plain gather spreads each bucket.
+        if not training and not static and packing.attending_in_buckets():
             buckets, unbucket = packing.buckets_of(layout)
             contexts = [self._attend(projected, functools.partial(tf.gather, indices=slots),
                                      mask, heads, training, in_bucket=True)
                         for slots, mask in buckets]  # fmt: skip
             return tf.gather(tf.concat(contexts, axis=0), unbucket)
         context = self._attend(projected, spread, layout["input_mask"], heads, training)
-        return pack(context, layout)
+        return pack(context, layout, static)
 
     def _attend(self, projected, spread, input_mask, heads, training, first_only=False,
                 in_bucket=False):

@@ -249,11 +249,12 @@ def split_off(fraction, x, y=None, sample_weight=None):
 
 
 def batched(x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=None,
-            check_x=None, check_targets=None):
+            check_x=None, check_targets=None, drop_remainder=False):
     """Raw data as a batched tf.data.Dataset of raw strings (and targets), without tf.data's
     autotuning (`without_autotuning`); data in memory is checked first (`in_memory`). A Dataset
     is taken as it is, options included (batched, with elements x, (x, y) or
-    (x, y, sample_weight)), once `check_x` passes its texts (`check_dataset_texts`)."""
+    (x, y, sample_weight)), once `check_x` passes its texts (`check_dataset_texts`).
+    `drop_remainder`: whole batches only, for data in memory (a TPU's static shapes)."""
     if batch_size is not None:
         whole_number(batch_size, 1, "batch_size")
     if isinstance(x, tf.data.Dataset):
@@ -269,7 +270,7 @@ def batched(x, y=None, sample_weight=None, batch_size=None, shuffle=False, seed=
     dataset = tf.data.Dataset.from_tensor_slices(data)
     if shuffle:
         dataset = dataset.shuffle(example_count(x), seed=seed, reshuffle_each_iteration=True)
-    return without_autotuning(dataset.batch(batch_size or 32))
+    return without_autotuning(dataset.batch(batch_size or 32, drop_remainder=drop_remainder))
 
 
 def count_steps(dataset):

@@ -72,6 +72,11 @@ def _check_answers(address, timeout=10):
                          "address, or pass the TPU's name with --tpu") from None  # fmt: skip
 
 
+def is_tpu(strategy):
+    """Whether `strategy` runs on TPUs (whose steps are all compiled with XLA)."""
+    return isinstance(strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy))
+
+
 CPU_INFO = "/proc/cpuinfo"
 
 

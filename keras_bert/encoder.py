@@ -165,6 +165,24 @@ class BertEncoder(keras.Model):
         for block in self.transformer_layers:
             block.split_columns(count, first_only and block is self.transformer_layers[-1])
 
+    @property
+    def static_shapes(self):
+        """Whether the blocks compute on every position of the batch (True) or on its real
+        tokens packed (False, the default): see keras_bert/packing.py. XLA compiles only the
+        static form; task models set it for every step they compile with XLA. Real positions'
+        numbers are the same either way; padded ones are 0 in the outputs either way."""
+        return self._static_shapes
+
+    @static_shapes.setter
+    def static_shapes(self, static):
+        static = bool(static)
+        for layer in self._flatten_layers(include_self=False):
+            if hasattr(type(layer), "static_shapes"):
+                layer.static_shapes = static
+        self._static_shapes = static
+
+    _static_shapes = False
+
     def plain_layer_norms(self):
         """For float32 exports: every LayerNorm computes as plain ops in inference, whatever
         the size (primitives.BertLayerNorm.plain_in_inference), the form that is fast with
@@ -185,7 +203,8 @@ class BertEncoder(keras.Model):
 
     def call(self, inputs, training=None, mask=None):
         whole_batch = functools.partial(super().call, inputs, training=training, mask=mask)
-        if not self._bucketed_batches or training or not tf.is_tensor(inputs["input_mask"]):
+        if (not self._bucketed_batches or training or self._static_shapes
+                or not tf.is_tensor(inputs["input_mask"])):  # fmt: skip
             return whole_batch()
 
         def in_buckets():

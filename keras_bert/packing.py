@@ -7,6 +7,13 @@ alone spreads them back to (batch, seq) for its batched products (`spread_for_at
 padded to their longest member (half the positions of SST-2 dev batches of 32 are padding) the
 dense products, which are most of the work, shrink accordingly; real positions' numbers do not
 change.
+
+The packed count of tokens is known only as the graph runs, which XLA cannot compile (it draws
+dropout's random numbers, and lays out every buffer, for shapes it knows when it compiles). So
+the layout has a second form, `static`: every position of the batch counts as a row, packing
+and spreading are reshapes, and padded positions are computed and masked (attention hides
+them as keys; `unpack` zeroes them). The encoder runs static wherever its step is compiled
+with XLA (`BertEncoder.static_shapes`); real positions get the same numbers either way.
 """
 
 import contextlib
@@ -33,21 +40,34 @@ class TokenLayout(keras.layers.Layer):
     Position 0 of every row counts as real even under a 0 mask (the pooler reads it, and a
     batch of all-padding rows then still has a token to gather from).
 
-    The count of real tokens is known only as the graph runs, and XLA cannot draw dropout's
-    random numbers for a shape it does not know when it compiles (a training step failed:
-    "must be a compile-time constant"). So every model holding this layer (the encoder and
-    every model around it) tells Keras it does not support `jit_compile`: `compile()`'s
-    default "auto", which picks XLA on a machine with a GPU, picks none, and
-    `jit_compile=True` proceeds without it, with Keras's warning.
+    With `static_shapes` set (BertEncoder.static_shapes, for XLA), every position is a row:
+    tokens and slots are 0 to batch * seq - 1, first is each sequence's position 0, and the
+    rows have the shapes of the batch, known when XLA compiles. Only then does the layer tell
+    Keras that it supports `jit_compile`: a model of your own around a packed encoder compiles
+    without XLA (with Keras's warning), where XLA would fail on the packed shapes.
     """
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.supports_jit = False
+        self.static_shapes = False
+
+    @property
+    def static_shapes(self):
+        return self._static_shapes
+
+    @static_shapes.setter
+    def static_shapes(self, static):
+        self._static_shapes = static
+        self.supports_jit = static
 
     def call(self, input_mask):
-        always = ops.ones_like(input_mask[:, :1])
-        real = ops.concatenate([always, input_mask[:, 1:]], axis=1) > 0
+        real = real_positions(input_mask)
+        if self.static_shapes:
+            batch, seq = ops.shape(input_mask)[0], ops.shape(input_mask)[1]
+            every = tf.range(batch * seq)
+            return {"input_mask": input_mask, "tokens": every, "slots": every,
+                    "first": tf.range(batch) * seq,
+                    "lengths": tf.reduce_sum(tf.cast(real, tf.int32), axis=1)}  # fmt: skip
         flat = ops.reshape(real, (-1,))
         tokens = tf.cast(tf.where(flat)[:, 0], tf.int32)
         slots = tf.where(flat, tf.cumsum(tf.cast(flat, tf.int32)) - 1, 0)
@@ -62,6 +82,12 @@ class TokenLayout(keras.layers.Layer):
                 "slots": keras.KerasTensor((None,), dtype="int32"),
                 "first": keras.KerasTensor((input_mask.shape[0],), dtype="int32"),
                 "lengths": keras.KerasTensor((input_mask.shape[0],), dtype="int32")}  # fmt: skip
+
+
+def real_positions(input_mask):
+    """input_mask > 0 with position 0 always real: bool (batch, seq)."""
+    always = ops.ones_like(input_mask[:, :1])
+    return ops.concatenate([always, input_mask[:, 1:]], axis=1) > 0
 
 
 # An encoder set to (BertEncoder.attention_buckets; float32 exports are) computes attention, in
@@ -133,25 +159,34 @@ def attention_buckets(lengths):
 
 # Packing is a gather_nd and unpacking a scatter_nd: each is the other's gradient, where a
 # gather's gradient would sum its rows into a dense tensor (UnsortedSegmentSum, measured slower).
-def pack(x, layout):
-    """(batch, seq, hidden) -> (tokens, hidden): the real positions' vectors, in order."""
+def pack(x, layout, static=False):
+    """(batch, seq, hidden) -> (tokens, hidden): the real positions' vectors, in order; with
+    `static` (a static layout), every position's."""
+    if static:
+        return tf.reshape(x, (-1, x.shape[-1]))
     return tf.gather_nd(tf.reshape(x, (-1, x.shape[-1])), layout["tokens"][:, None])
 
 
-def unpack(tokens, layout):
+def unpack(tokens, layout, static=False):
     """(tokens, hidden) -> (batch, seq, hidden), zeros at the padded positions."""
     batch, seq = ops.shape(layout["input_mask"])
     hidden = tokens.shape[-1]
+    if static:
+        real = tf.cast(real_positions(layout["input_mask"]), tokens.dtype)
+        return tf.reshape(tokens, (batch, seq, hidden)) * real[:, :, None]
     spread = tf.scatter_nd(layout["tokens"][:, None], tokens, (batch * seq, hidden))
     return tf.reshape(spread, (batch, seq, hidden))
 
 
-def spread_for_attention(tokens, layout):
+def spread_for_attention(tokens, layout, static=False):
     """(tokens, hidden) -> (batch * seq, hidden) for attention's batched products: a gather,
     padded positions holding a copy of row 0 (they get no attention, and their queries' results
     are dropped). That makes their gradient exactly 0, so the gradient of the spread is the real
     positions' rows, gathered back; the gather's own gradient would sum rows into a dense
-    tensor instead. Measured on SST-2-shaped batches: a gather costs half a scatter_nd."""
+    tensor instead. Measured on SST-2-shaped batches: a gather costs half a scatter_nd. With
+    `static` (a static layout), the rows are already laid out so."""
+    if static:
+        return tokens
 
     @tf.custom_gradient
     def spread(tokens):
@@ -167,8 +202,10 @@ def spread_for_attention(tokens, layout):
 class PackTokens(keras.layers.Layer):
     """`pack` as a layer of the encoder's functional graph."""
 
+    static_shapes = False
+
     def call(self, x, layout):
-        return pack(x, layout)
+        return pack(x, layout, self.static_shapes)
 
     def compute_output_shape(self, x_shape, layout_shape):
         return (None, x_shape[-1])
@@ -178,8 +215,10 @@ class PackTokens(keras.layers.Layer):
 class UnpackTokens(keras.layers.Layer):
     """`unpack` as a layer of the encoder's functional graph."""
 
+    static_shapes = False
+
     def call(self, tokens, layout):
-        return unpack(tokens, layout)
+        return unpack(tokens, layout, self.static_shapes)
 
     def compute_output_shape(self, tokens_shape, layout_shape):
         return (layout_shape["input_mask"][0], layout_shape["input_mask"][1], tokens_shape[-1])

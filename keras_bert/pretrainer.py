@@ -24,7 +24,7 @@ from keras_bert.metrics import SparseAccuracyFromLogits
 from keras_bert.preprocessing import BertPreprocessor
 from keras_bert.batching import check_class_ids, class_ids
 from keras_bert.pretrained import check_sequence_length
-from keras_bert.task import BertTask
+from keras_bert.task import BertTask, pad_last_axis
 from keras_bert.tokenizer import BertTokenizer
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
@@ -150,6 +150,20 @@ class BertPretrainer(BertTask):
                 {"masked_lm": weights, "next_sentence": tf.ones_like(weights[:, 0])})  # fmt: skip
 
     takes_sample_weight = False
+
+    def pad_for_xla(self, x, y, sample_weight):
+        """Also the masked-LM predictions, to max_predictions a sequence (padded ones weigh 0),
+        as the original's TPU recipe (max_predictions_per_seq)."""
+        x, y, sample_weight = super().pad_for_xla(x, y, sample_weight)
+        count = getattr(self.preprocessor, "max_predictions", None)
+        if count is None:  # pre-made instances: padded when they were made
+            return x, y, sample_weight
+        x = {**x, "masked_lm_positions": pad_last_axis(x["masked_lm_positions"], count)}
+        if y is not None:
+            y = {**y, "masked_lm": pad_last_axis(y["masked_lm"], count)}
+            sample_weight = {**sample_weight,
+                             "masked_lm": pad_last_axis(sample_weight["masked_lm"], count)}
+        return x, y, sample_weight
 
     def check_targets(self, x, y):
         if not isinstance(y, dict):  # pre-made instances bring their masked-LM targets too

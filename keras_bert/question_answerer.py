@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_bert import batching, serving
+from keras_bert import batching, distribute, serving
 from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import SpanLabelerHead
 from keras_bert.spans import SpanWindows
@@ -150,7 +150,9 @@ class BertQuestionAnswerer(BertTask):
         windows = self.preprocessed(pairs).unbatch()
         if training:
             windows = windows.shuffle(4 * (batch_size or 32), seed=seed)
-        return windows.padded_batch(batch_size or 32).prefetch(tf.data.AUTOTUNE)
+        whole = training and distribute.is_tpu(self.distribute_strategy)  # static batches
+        windows = windows.padded_batch(batch_size or 32, drop_remainder=whole)
+        return self.for_xla(windows).prefetch(tf.data.AUTOTUNE)
 
     def check_targets(self, x, y):
         contexts = self.preprocessor.segments(x)[1]

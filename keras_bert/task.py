@@ -8,8 +8,14 @@ plus a `preprocessor` layer that turns raw strings into those inputs. `fit` and 
 the preprocessor over the data in `tf.data` (batches padded to their longest member); `predict`
 runs it inside Keras' predict step; an export runs it inside its serving function. The graph is
 the same everywhere.
+
+Steps that Keras compiles with XLA (`compile(jit_compile=True)`, Keras's "auto" on a GPU, any
+TPUStrategy) run the encoder on static shapes (`BertEncoder.static_shapes`, packing.py), and
+their batches are preprocessed in `tf.data` (strings never reach a compiled step) and padded to
+one of a few lengths (`static_length`), each compiled once. Other steps run it packed.
 """
 
+import contextlib
 import warnings
 
 import keras
@@ -17,11 +23,28 @@ import tensorflow as tf
 
 from keras_bert import batching, distribute, optimization
 from keras_bert.config import whole_number
-from keras_bert.encoder import refuse_unknown_arguments
+from keras_bert.encoder import INPUT_NAMES, refuse_unknown_arguments
 from keras_bert.preprocessing import BertPreprocessor
 from keras_bert.servable import ServableModel
 from keras_bert.task_training import Trainable
 from keras_bert.tokenizer import same_graph_settings
+
+# Steps compiled with XLA take batches padded to one of this many lengths, sequence_length * k /
+# STATIC_LENGTHS (k = 1 ... STATIC_LENGTHS; rounded up to a multiple of 8), each compiled once.
+STATIC_LENGTHS = 4
+
+
+def static_length(longest, sequence_length):
+    """The length a batch whose longest sequence has `longest` positions (a scalar tensor) is
+    padded to for XLA: the shortest of the STATIC_LENGTHS lengths that holds it."""
+    step = -(-sequence_length // STATIC_LENGTHS // 8) * 8
+    return tf.minimum(-(-longest // step) * step, sequence_length)
+
+
+def pad_last_axis(t, length, value=0):
+    """`t` padded with `value` at the end of its last axis to `length` positions."""
+    extra = length - tf.shape(t)[-1]
+    return tf.pad(t, [[0, 0]] * (t.shape.rank - 1) + [[0, extra]], constant_values=value)
 
 
 class BertTask(Trainable, ServableModel):
@@ -49,9 +72,63 @@ class BertTask(Trainable, ServableModel):
         pooler = {id(w) for w in encoder.pooler.weights}
         return [w for w in weights if id(w) not in pooler]
 
+    # --- Static shapes, for steps compiled with XLA ---
+
+    def compiles_with_xla(self):
+        """Whether Keras compiles this model's steps with XLA: `jit_compile` (True, or "auto"
+        resolved to it on a GPU), or a TPUStrategy (TPUs run compiled steps only)."""
+        return bool(self.jit_compile) or distribute.is_tpu(self.distribute_strategy)
+
+    @contextlib.contextmanager
+    def _encoder_shapes_for_step(self):
+        """While a step is traced: the encoder static where the step compiles with XLA."""
+        before = self.encoder.static_shapes
+        self.encoder.static_shapes = self.compiles_with_xla()
+        try:
+            yield
+        finally:
+            self.encoder.static_shapes = before
+
+    def train_step(self, data):
+        with self._encoder_shapes_for_step():
+            return super().train_step(data)
+
+    def test_step(self, data):
+        with self._encoder_shapes_for_step():
+            return super().test_step(data)
+
+    def pad_for_xla(self, x, y, sample_weight):
+        """A batch of encoder inputs (and targets) padded to the shapes an XLA step compiles
+        for: the positions to `static_length`. Subclasses with targets by position pad them
+        too (`pad_targets_for_xla`)."""
+        sequence_length = getattr(self.preprocessor, "sequence_length", None)
+        if sequence_length is None:  # token ids made elsewhere: as they come
+            return x, y, sample_weight
+        length = static_length(tf.shape(x["input_mask"])[-1], sequence_length)
+        x = {**x, **{name: pad_last_axis(x[name], length) for name in INPUT_NAMES}}
+        y, sample_weight = self.pad_targets_for_xla(y, sample_weight, length)
+        return x, y, sample_weight
+
+    def pad_targets_for_xla(self, y, sample_weight, length):
+        """Targets and weights padded to `length` positions where they have positions."""
+        return y, sample_weight
+
+    def for_xla(self, dataset):
+        """`dataset`'s batches of encoder inputs padded by `pad_for_xla` where this model's
+        steps compile with XLA; as they are otherwise."""
+        if not self.compiles_with_xla():
+            return dataset
+
+        def pad(*data):
+            x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(
+                data[0] if len(data) == 1 else data)  # fmt: skip
+            return keras.utils.pack_x_y_sample_weight(*self.pad_for_xla(x, y, sample_weight))
+
+        return dataset.map(pad, num_parallel_calls=tf.data.AUTOTUNE)
+
     def class_count(self):
         """The classes `class_weight` weighs: a single label per example's, else None."""
-        return None
+        return
 
     def check_targets(self, x, y):
         """Refuses targets given in memory (lists, arrays, tensors) that the model cannot learn
@@ -79,8 +156,9 @@ class BertTask(Trainable, ServableModel):
         `check_targets`."""
         if y is not None and not isinstance(x, tf.data.Dataset):
             y = self.encode_targets(y)
+        whole = shuffle and distribute.is_tpu(self.distribute_strategy)  # static batches
         return batching.batched(x, y, sample_weight, batch_size, shuffle, seed,
-                                **self._checks())  # fmt: skip
+                                drop_remainder=whole, **self._checks())  # fmt: skip
 
     def encode_targets(self, y):
         """Targets given in memory as the graph takes them, before they are checked, split or
@@ -99,7 +177,7 @@ class BertTask(Trainable, ServableModel):
                      seed=None):  # fmt: skip
         """Batches of encoder inputs (and targets), ready for Keras."""
         dataset = self.batched(x, y, sample_weight, batch_size, shuffle=training, seed=seed)
-        return self.preprocessed(dataset).prefetch(tf.data.AUTOTUNE)
+        return self.for_xla(self.preprocessed(dataset)).prefetch(tf.data.AUTOTUNE)
 
     def preprocessed(self, dataset):
         """`dataset`'s batches of raw data through `preprocess_batch`, as one graph traced once
@@ -149,6 +227,11 @@ class BertTask(Trainable, ServableModel):
         kwargs.pop("validation_split", None)
         if not self.compiled:
             self.compile()
+        if distribute.is_tpu(self.distribute_strategy):  # each core's share: static too
+            replicas = self.distribute_strategy.num_replicas_in_sync
+            if (batch_size or 32) % replicas:
+                raise ValueError(f"batch_size={batch_size or 32} does not split evenly over the "
+                                 f"TPU's {replicas} cores: pass a multiple of {replicas}")
         dataset = self.make_dataset(x, y, sample_weight, batch_size, training=shuffle,
                                     seed=seed)  # fmt: skip
         if steps_per_epoch is None:
@@ -290,13 +373,16 @@ class BertTask(Trainable, ServableModel):
         if batching.is_token_ids(x):
             return super().predict_on_batch(x)
         x = batching.in_memory(x, check_x=self._checks()["check_x"])[0]
-        if not self.decodes_predictions:
-            return super().predict_on_batch(x)
-        return self.predict(x, batch_size=batching.example_count(x), verbose=0)
+        if self.decodes_predictions:
+            return self.predict(x, batch_size=batching.example_count(x), verbose=0)
+        if self.compiles_with_xla():  # strings never reach a compiled step
+            x = self.pad_for_xla(self.preprocess_batch(x)[0], None, None)[0]
+        return super().predict_on_batch(x)
 
     def _preprocesses_in_step(self):
         default = tf.distribute.get_strategy()  # the default strategy outside any scope
-        return not tf.distribute.has_strategy() and self.distribute_strategy is default
+        return (not tf.distribute.has_strategy() and self.distribute_strategy is default
+                and not self.compiles_with_xla())  # fmt: skip
 
     def make_predict_function(self, force=False):
         """Keras's predict function, traced once for any batch size (`batching.AnyBatchSize`): Keras
@@ -318,7 +404,8 @@ class BertTask(Trainable, ServableModel):
         x = keras.utils.unpack_x_y_sample_weight(data)[0]
         if not batching.is_token_ids(x):
             x = self.preprocess_batch(x)[0]
-        return super().predict_step(x)
+        with self._encoder_shapes_for_step():
+            return super().predict_step(x)
 
     def traced(self, function):
         """`function` as one tf.function for the model's life, so that its graph is traced

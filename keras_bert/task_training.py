@@ -57,7 +57,21 @@ class Trainable:
                 self._keep_recipe((recipe, dict(loss=loss, metrics=metrics, **kwargs)))
                 # Replaced in fit; it carries the recipe into a saved file's compile config.
                 optimizer = optimization.AdamW(recipe.learning_rate, recipe=recipe)
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+        self._keras_compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def _keras_compile(self, **kwargs):
+        """Keras's compile, which decides `jit_compile` from whether every layer supports it.
+        A task model's steps compiled with XLA run the encoder static and take batches
+        preprocessed in tf.data (task.BertTask), so the layers that refuse XLA in other models
+        (the packed token layout; the tokenizer's string ops) are passed over here."""
+        refusing = [layer for layer in self._flatten_layers() if not layer.supports_jit]
+        for layer in refusing:
+            layer.supports_jit = True
+        try:
+            super().compile(**kwargs)
+        finally:
+            for layer in refusing:
+                layer.supports_jit = False
 
     def _follow_recipe(self, steps):
         """Under compile()'s recipe (no total_steps), a new AdamW and schedule over the `steps`
@@ -68,7 +82,8 @@ class Trainable:
         recipe, compile_kwargs = self._recipe
         with self.distribute_strategy.scope():  # the one the model was made under, if any
             # Keras's compile: this class's would drop the recipe for the optimizer given.
-            super().compile(optimizer=recipe.optimizer(steps, each_fit=True), **compile_kwargs)
+            self._keras_compile(optimizer=recipe.optimizer(steps, each_fit=True),
+                                **compile_kwargs)  # fmt: skip
 
     def _check_can_train(self):
         check_weights_can_change()

@@ -18,7 +18,7 @@ from keras_bert.encoder import INPUT_NAMES
 from keras_bert.heads import TokenClassifierHead
 from keras_bert.tagging import IGNORE, WordTagger
 from keras_bert.pretrained import load_pretrained
-from keras_bert.task import BertTask
+from keras_bert.task import BertTask, pad_last_axis
 
 
 @keras.saving.register_keras_serializable(package="keras_bert")
@@ -108,6 +108,10 @@ class BertTokenClassifier(BertTask):
             y = y.with_flat_values(batching.ids_of_names(y.flat_values, self.tags, "tag"))
         inputs, labels = self.preprocessor.encode(sentences, y)
         return inputs, labels, sample_weight
+
+    def pad_targets_for_xla(self, y, sample_weight, length):
+        """Tags by position (batch, seq): padded with IGNORE."""
+        return (None if y is None else pad_last_axis(y, length, IGNORE)), sample_weight
 
     def tag(self, sentences):
         """tf.string (batch,) -> `word_tags` (ragged tag ids) and the entities, padded:

@@ -72,6 +72,14 @@ flags.DEFINE_enum(
     "from A100 on; TPUs). auto: bfloat16 there, none elsewhere; the run records and logs "
     "which, and why.",
 )
+flags.DEFINE_bool("jit_compile", None, "Compile each training and evaluation step with XLA; the "
+                  "encoder then computes on static shapes (each batch padded to one of four "
+                  "lengths up to --max_seq_length, each compiled once) instead of on the real "
+                  "tokens packed. Default: on for GPUs and TPUs (a TPU runs compiled steps only), "
+                  "off on CPUs, where the packed steps are faster (README, Speed).")
+flags.DEFINE_integer("steps_per_execution", 1, "Training steps run by one call into the "
+                     "compiled step (a TPU's host loop); logs, callbacks and backups see the "
+                     "steps in these groups.", lower_bound=1)
 flags.DEFINE_bool("bucket_by_length", False, "Batch examples of similar length together.")
 flags.DEFINE_integer("max_train_examples", None, "Use only the first N training examples.")
 flags.DEFINE_integer("max_eval_examples", None, "Use only the first N dev examples.")
@@ -215,15 +223,21 @@ def make_dataset(split, text_keys, batch_size, training=False, with_labels=True)
     return without_autotuning(dataset)
 
 
+def on_tpu():
+    """Whether the run trains on a TPU, whose batches must all be whole (static shapes)."""
+    return FLAGS.strategy == "tpu"
+
+
 def batch(dataset, batch_size):
-    """Training batches of (texts, labels); with --bucket_by_length, of similar lengths."""
+    """Training batches of (texts, labels); with --bucket_by_length, of similar lengths; on a
+    TPU, whole batches only."""
     if not FLAGS.bucket_by_length:
-        return dataset.batch(batch_size)
+        return dataset.batch(batch_size, drop_remainder=on_tpu())
     return dataset.group_by_window(
         key_func=lambda texts, *_: tf.minimum(
             tf.cast(tf.add_n([tf.reduce_sum(tf.strings.length(t)) for t in tf.nest.flatten(texts)])
                     // 64, tf.int64), 15),  # characters, a cheap proxy for tokens
-        reduce_func=lambda _, window: window.batch(batch_size),
+        reduce_func=lambda _, window: window.batch(batch_size, drop_remainder=on_tpu()),
         window_size=batch_size,
     )  # fmt: skip
 

@@ -132,7 +132,8 @@ def train_dataset(split, model, batch_size):
     (common.training_passes)."""
     labels = model.tag_ids(split.labels)
     return common.training_passes((tf.constant(split.texts["sentence"]), labels),
-                                  lambda dataset: dataset.batch(batch_size))  # fmt: skip
+                                  lambda dataset: dataset.batch(
+                                      batch_size, drop_remainder=common.on_tpu()))  # fmt: skip
 
 
 def predict_tags(model, split):

@@ -306,7 +306,8 @@ def main(argv):
         return
     with strategy.scope():
         model = build_pretrainer()
-        model.compile(create_optimizer())  # the model's losses and weighted accuracies
+        # The model's own losses and weighted accuracies.
+        model.compile(create_optimizer(), **trainer.compile_options(strategy))
     def make_stream():
         return training_dataset(examples_of(strategy, model, data, shape))
 

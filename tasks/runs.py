@@ -328,7 +328,8 @@ class RunBackup(keras.callbacks.Callback):
         self.backup_dir = backup_dir
         self.path = os.path.join(backup_dir, "latest.weights.h5")
         self.save_freq = save_freq
-        self._batches = 0
+        self._batches = 0  # since the last backup
+        self._in_epoch = 0  # batches of this epoch so far
 
     def restore(self, model):
         """Loads the backup into a compiled model; returns the batches it had trained on (0
@@ -347,8 +348,14 @@ class RunBackup(keras.callbacks.Callback):
                                  "--overwrite_output_dir to start it again") from None  # fmt: skip
         return optimization.batches_done(model.optimizer)
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self._in_epoch = 0
+
     def on_train_batch_end(self, batch, logs=None):
-        self._batches += 1
+        # `batch` is the epoch's last batch done: with --steps_per_execution, Keras calls this
+        # once for each execution of several batches.
+        self._batches += batch + 1 - self._in_epoch
+        self._in_epoch = batch + 1
         if self.save_freq != "epoch" and self._batches >= self.save_freq:
             self.save()
 

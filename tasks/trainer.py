@@ -17,7 +17,7 @@ import os
 
 import keras
 import tensorflow as tf
-from absl import flags, logging
+from absl import app, flags, logging
 
 import tasks
 from keras_bert import distribute, textfiles
@@ -86,18 +86,41 @@ class DevMetrics(keras.callbacks.Callback):
                     tf.summary.scalar(f"{name}/{key}", value)
 
 
+def jit_compile(strategy):
+    """--jit_compile, or its default for the strategy's devices: XLA on TPUs and GPUs."""
+    if FLAGS.jit_compile is not None:
+        if distribute.is_tpu(strategy) and not FLAGS.jit_compile:
+            raise app.UsageError("--nojit_compile: a TPU runs XLA-compiled steps only; leave "
+                                 "the flag out")  # fmt: skip
+        return FLAGS.jit_compile
+    return distribute.is_tpu(strategy) or bool(tf.config.list_logical_devices("GPU"))
+
+
+def compile_options(strategy):
+    """The keyword arguments of compile() that the flags set besides the recipe."""
+    jit = jit_compile(strategy)
+    logging.info("training steps %s, %d per execution",
+                 "compiled with XLA, on static shapes" if jit else "packed, without XLA",
+                 FLAGS.steps_per_execution)  # fmt: skip
+    return {"jit_compile": jit, "steps_per_execution": FLAGS.steps_per_execution}
+
+
 def fit(model, strategy, make_stream, steps_per_epoch, callbacks, output_dir):
     """Compiles with the library's recipe (AdamW, warmup + linear decay, clipping; the model's
     own loss and metrics) and fits on an endless stream of batches of raw strings
     (`make_stream()`; epochs of `steps_per_epoch` batches) for
     --num_train_epochs (the last epoch cut short when fractional), resuming from output_dir's
     backup."""
+    replicas = strategy.num_replicas_in_sync
+    if distribute.is_tpu(strategy) and FLAGS.train_batch_size % replicas:
+        raise app.UsageError(f"--train_batch_size={FLAGS.train_batch_size} does not split evenly "
+                             f"over the TPU's {replicas} cores: pass a multiple of {replicas}")
     total_steps = max(1, int(steps_per_epoch * FLAGS.num_train_epochs))
     with strategy.scope():
         model.compile(learning_rate=FLAGS.learning_rate, total_steps=total_steps,
                       warmup_proportion=FLAGS.warmup_proportion,
                       weight_decay=FLAGS.weight_decay, clipnorm=FLAGS.clip_norm,
-                      layer_decay=FLAGS.layer_decay)  # fmt: skip
+                      layer_decay=FLAGS.layer_decay, **compile_options(strategy))  # fmt: skip
     return fit_resumably(model, strategy, make_stream,
                          min(steps_per_epoch, total_steps),
                          total_steps, callbacks, output_dir, FLAGS.save_checkpoints_steps)  # fmt: skip

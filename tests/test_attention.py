@@ -68,7 +68,7 @@ def test_gradients_through_packed_tokens_are_those_of_each_sequence_alone(
     alone = gradients([(slice(i, i + 1), n, np.ones((1, n), "int32"))
                        for i, n in enumerate(lengths)])  # fmt: skip
     monkeypatch.setattr(attention, "spread_for_attention",
-                        lambda tokens, layout: tf.gather(tokens, layout["slots"]))  # fmt: skip
+                        lambda tokens, layout, static: tf.gather(tokens, layout["slots"]))  # fmt: skip
     autodiff = gradients([(slice(0, 2), 7, mask)])
     assert np.abs(together[0][0, 4:]).max() == 0.0  # the padded inputs do not matter
     assert np.abs(autodiff[0]).max() > 0.01 and np.abs(autodiff[1]).max() > 0.001  # x, query

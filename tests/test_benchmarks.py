@@ -148,9 +148,10 @@ def test_the_products_bench_refuses_a_checkpoint_folder_without_a_config(tmp_pat
 def test_the_finetune_bench_offers_only_the_precisions_asked_for(tiny_checkpoint):
     # bfloat16 fine-tuning takes minutes a step on a CPU without bfloat16 instructions.
     options = {"bench": "finetune", "batch_size": 2, "steps": 1, "checkpoint": tiny_checkpoint}
-    assert offered_jobs({**options, "precisions": ["float32"]}) == ["finetune~float32"]
+    assert offered_jobs({**options, "precisions": ["float32"]}) == ["finetune~float32",
+                                                                     "finetune~float32~xla"]
     assert sorted(offered_jobs({**options, "precisions": ["float32", "bfloat16"]})) == [
-        "finetune", "finetune~float32"]
+        "finetune", "finetune~float32", "finetune~float32~xla", "finetune~xla"]
 
 
 def test_a_worker_that_runs_keras_bert_runs_it_as_a_users_program_does(tiny_checkpoint):
