@@ -48,7 +48,7 @@ def _rows_like(rows):
     """A stand-in for a gather of `rows` (a name in the layout): its input reshaped to as many
     rows as `rows` has, which on a batch without padding is its input, unchanged."""
 
-    def stand_in(x, layout):
+    def stand_in(x, layout, static=False):
         return tf.reshape(x, tf.concat([tf.shape(layout[rows]), x.shape[-1:]], axis=0))
 
     return stand_in
