@@ -8,7 +8,7 @@ import os
 
 import keras
 
-from keras_bert import batching, optimization
+from keras_bert import batching, distribute, optimization
 from keras_bert.config import whole_number
 
 
@@ -72,6 +72,15 @@ class Trainable:
         finally:
             for layer in refusing:
                 layer.supports_jit = False
+        strategy = self.distribute_strategy
+        if (self.jit_compile and strategy.num_replicas_in_sync > 1
+                and not distribute.is_tpu(strategy)):  # fmt: skip
+            self.jit_compile = False  # not left half set: the model still compiles without
+            raise ValueError(
+                f"jit_compile=True under a {type(strategy).__name__} of "
+                f"{strategy.num_replicas_in_sync} replicas: Keras compiles all the replicas' "
+                "step as one XLA computation, which XLA cannot place over several devices; "
+                "compile with jit_compile=False (or train on one device, or a TPU)")
 
     def _follow_recipe(self, steps):
         """Under compile()'s recipe (no total_steps), a new AdamW and schedule over the `steps`

@@ -87,13 +87,20 @@ class DevMetrics(keras.callbacks.Callback):
 
 
 def jit_compile(strategy):
-    """--jit_compile, or its default for the strategy's devices: XLA on TPUs and GPUs."""
+    """--jit_compile, or its default for the strategy's devices: XLA on TPUs, and on one GPU
+    (Keras compiles the step of all a MirroredStrategy's replicas as one XLA computation, which
+    XLA cannot place over several devices)."""
+    tpu, replicas = distribute.is_tpu(strategy), strategy.num_replicas_in_sync
     if FLAGS.jit_compile is not None:
-        if distribute.is_tpu(strategy) and not FLAGS.jit_compile:
+        if tpu and not FLAGS.jit_compile:
             raise app.UsageError("--nojit_compile: a TPU runs XLA-compiled steps only; leave "
                                  "the flag out")  # fmt: skip
+        if FLAGS.jit_compile and not tpu and replicas > 1:
+            raise app.UsageError(f"--jit_compile with --strategy={FLAGS.strategy} over "
+                                 f"{replicas} replicas: XLA cannot place one step over several "
+                                 "devices; leave the flag out, or train on one device")  # fmt: skip
         return FLAGS.jit_compile
-    return distribute.is_tpu(strategy) or bool(tf.config.list_logical_devices("GPU"))
+    return tpu or (replicas == 1 and bool(tf.config.list_logical_devices("GPU")))
 
 
 def compile_options(strategy):
