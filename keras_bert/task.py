@@ -227,7 +227,9 @@ class BertTask(Trainable, ServableModel):
         kwargs.pop("validation_split", None)
         if not self.compiled:
             self.compile()
-        if distribute.is_tpu(self.distribute_strategy):  # each core's share: static too
+        # Each core's share is static too. (A Dataset's batches are its own: batch_size, or
+        # its default of 32, is not their size, and the binaries check theirs.)
+        if distribute.is_tpu(self.distribute_strategy) and not isinstance(x, tf.data.Dataset):
             replicas = self.distribute_strategy.num_replicas_in_sync
             if (batch_size or 32) % replicas:
                 raise ValueError(f"batch_size={batch_size or 32} does not split evenly over the "

@@ -75,8 +75,10 @@ flags.DEFINE_enum(
 flags.DEFINE_bool("jit_compile", None, "Compile each training and evaluation step with XLA; the "
                   "encoder then computes on static shapes (each batch padded to one of four "
                   "lengths up to --max_seq_length, each compiled once) instead of on the real "
-                  "tokens packed. Default: on for GPUs and TPUs (a TPU runs compiled steps only), "
-                  "off on CPUs, where the packed steps are faster (README, Speed).")
+                  "tokens packed. Default: on for TPUs (a TPU runs compiled steps only) and for "
+                  "one GPU, off on CPUs, where the packed steps are faster (README, Speed). "
+                  "Refused over several replicas of one machine (XLA cannot place one step "
+                  "over several devices).")
 flags.DEFINE_integer("steps_per_execution", 1, "Training steps run by one call into the "
                      "compiled step (a TPU's host loop); logs, callbacks and backups see the "
                      "steps in these groups.", lower_bound=1)
