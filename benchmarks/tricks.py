@@ -1,4 +1,4 @@
-"""What each of the serving graph's special paths gains, printed as JSON.
+"""What the serving graph's special paths gain, printed as JSON.
 
     python -m benchmarks.tricks [--checkpoint DIR --rounds 3 --examples 256]
 
@@ -7,27 +7,20 @@ special path turned off, loads every export as TF Serving does, and serves SST-2
 at batch 1 and batch 32, all exports in alternating rounds in one process. Reports each
 export's examples/s and its ratio to the default export's (> 1: the default is faster, so the
 path pays). The paths:
-  column_parts: export(column_parts=1), each block's products as one, not split;
-  attention_buckets: export(attention_buckets=False), a large batch's attention over the whole
-    batch, not in buckets of similar lengths;
-  plain_layer_norms: LayerNorms as the fused op in inference too;
-  small_attention: attention on oneDNN's kernels whatever the size (attention.SMALL_ATTENTION);
-  bitcast_transpose: attention's transposes as tf.transpose of the floats.
+  column_parts: export(column_parts=1), each block's products as one, not split.
+docs/performance.md lists the paths measured with it and dropped.
 """
 
-import json
 import os
 import statistics
 import tempfile
 import time
-from unittest import mock
 
 import tensorflow as tf
 from absl import app, flags
 
+import benchmarks
 import keras_bert
-from keras_bert import attention
-from keras_bert.encoder import BertEncoder
 from tasks import default_checkpoint
 
 FLAGS = flags.FLAGS
@@ -40,20 +33,7 @@ flags.DEFINE_integer("threads", 0, "Threads each op computes with (1: TF Serving
 DEV = os.path.join(os.path.dirname(__file__), "..", "tasks", "data", "SST-2", "dev.tsv")
 
 
-def _plain_transpose(x):
-    return tf.transpose(x, (0, 2, 1, 3))
-
-
-VARIANTS = {
-    "default": ({}, []),
-    "no_column_parts": ({"column_parts": 1}, []),
-    "no_attention_buckets": ({"attention_buckets": False}, []),
-    "no_plain_layer_norms": ({}, [mock.patch.object(BertEncoder, "plain_layer_norms",
-                                                    lambda self: None)]),
-    "no_small_attention": ({}, [mock.patch.object(attention, "SMALL_ATTENTION", -1)]),
-    "no_bitcast_transpose": ({}, [mock.patch.object(attention, "swap_heads_and_positions",
-                                                    _plain_transpose)]),
-}  # fmt: skip
+VARIANTS = {"default": {}, "no_column_parts": {"column_parts": 1}}  # export's arguments
 
 
 def sentences():
@@ -69,14 +49,8 @@ def main(argv):
     model = keras_bert.BertClassifier.from_checkpoint(FLAGS.checkpoint or default_checkpoint())
     folder = tempfile.mkdtemp(prefix="tricks-")
     served = {}
-    for name, (options, patches) in VARIANTS.items():
-        for patch in patches:
-            patch.start()
-        try:
-            path = model.export(os.path.join(folder, name), allow_untrained_head=True, **options)
-        finally:
-            for patch in patches:
-                patch.stop()
+    for name, options in VARIANTS.items():
+        path = model.export(os.path.join(folder, name), allow_untrained_head=True, **options)
         served[name] = tf.saved_model.load(path).signatures["serving_default"]
     texts = sentences()
     calls = {size: [tf.constant(texts[i : i + size]) for i in range(0, len(texts), size)]
@@ -100,9 +74,10 @@ def main(argv):
             default = len(texts) / statistics.median(seconds["default", size])
             results[name][f"batch_{size}"] = {"examples_per_s": rate,
                                               "default_over_this": default / rate}  # fmt: skip
-    print(json.dumps({"rounds": FLAGS.rounds, "examples": FLAGS.examples,
-                      "threads": FLAGS.threads, "results": results}, indent=2))  # fmt: skip
+    benchmarks.print_report({"rounds": FLAGS.rounds, "examples": FLAGS.examples,
+                             "threads": FLAGS.threads, "results": results})  # fmt: skip
 
 
 if __name__ == "__main__":
+    flags.adopt_module_key_flags(benchmarks)  # --help lists --results
     app.run(main)

@@ -37,25 +37,18 @@ flags.DEFINE_enum("precision", "float32", sorted(PRECISIONS),
                   "at full speed on every CPU; bfloat16 is faster only where the CPU's "
                   "bfloat16 products outrun its float32 ones (AMX; AMD's AVX512-BF16; not an "
                   "Intel CPU with AVX512-BF16 but no AMX, where they run at half the speed: "
-                  "README, Speed), and on GPUs and TPUs, and may answer differently on near "
+                  "docs/performance.md), and on GPUs and TPUs, and may answer differently on near "
                   "ties.")
 flags.DEFINE_integer("serving_max_windows", None, "SQuAD runs: windows a served passage may produce "
                      "(default: the run's own, 64 unless trained otherwise); a longer passage's "
                      "end is not read and the answer's passage_cut says so.")
 flags.DEFINE_integer("column_parts", None, "The export's encoder blocks compute in this many "
                      "column parts, which TensorFlow's inter-op threads run side by side (the "
-                     "same numbers up to rounding; README, Speed). Default: 2 where the model's "
+                     "same numbers up to rounding; docs/performance.md). Default: 2 where the model's "
                      "heads and sizes split in two, else 1; 1 keeps each product whole.")
-flags.DEFINE_bool("attention_buckets", None, "Whether a batch of 16 sequences or more attends in "
-                  "4 buckets of sequences of similar length, each padded to its own longest. "
-                  "Default: in float32 exports, where batches of 32 serve 1.08x to 1.10x as "
-                  "fast with oneDNN off (TensorFlow's default on a CPU with AVX2 alone) and 1.01x "
-                  "to 1.04x with it on, single sentences 0.97x to 1.00x (README, Speed); not in "
-                  "16-bit exports (bfloat16 on a CPU with AVX512-BF16: batches of 32 1.05x to "
-                  "1.09x, single sentences 0.92x to 0.95x). --noattention_buckets: never.")
 
 def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, max_windows=None,
-               precision="float32", column_parts=None, attention_buckets=None):  # fmt: skip
+               precision="float32", column_parts=None):
     """Exports the model.keras of a finished run; everything it needs is inside that file."""
     textfiles.check_folder(run_dir, "--run_dir")
     if version is not None and version < 1:
@@ -85,8 +78,7 @@ def export_run(run_dir, export_dir, model_name=None, version=None, hub=False, ma
                  model.encoder.policy.compute_dtype)  # fmt: skip
     model = model.with_precision(precision, for_inference=True)  # the hub layout's encoder too
     path = model.export(os.path.join(export_dir, model_name), version=version,
-                        precision=precision, column_parts=column_parts,
-                        attention_buckets=attention_buckets)  # fmt: skip
+                        precision=precision, column_parts=column_parts)
     logging.info("exported %s", path)
     if hub:
         sequence_length = model.preprocessor.sequence_length
@@ -109,7 +101,7 @@ def main(argv):
                              "'_', '-' and '.' only (TF Serving serves the folder's name)")  # fmt: skip
     path = export_run(FLAGS.run_dir, FLAGS.export_dir, FLAGS.model_name, FLAGS.version,
                       FLAGS.hub_layout, FLAGS.serving_max_windows, FLAGS.precision,
-                      FLAGS.column_parts, FLAGS.attention_buckets)  # fmt: skip
+                      FLAGS.column_parts)
     print(path)
 
 

@@ -11,54 +11,16 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_bert import column_parts, packing
+from keras_bert import column_parts
 from keras_bert.packing import pack, spread_for_attention
-from keras_bert.primitives import BertDropout, cond, initializer
+from keras_bert.primitives import BertDropout, initializer
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 
 
-# The same bits as an integer of the same width: see swap_heads_and_positions.
-_SAME_WIDTH_INT = {"float32": tf.int32, "bfloat16": tf.int16, "float16": tf.int16}
-
-
-@tf.custom_gradient
 def swap_heads_and_positions(x):
-    """(batch, seq, heads, size) <-> (batch, heads, seq, size): attention's transposes.
-
-    The transpose runs on the integer view of x's bits. oneDNN replaces every floating-point
-    Transpose with its own, which builds a reorder each call: 41 microseconds for a 10-token
-    sentence's (1, 10, 12, 32), where TensorFlow's own kernel (which integers keep) takes 4; on
-    BERT-base batches the two are as fast (measured with the change, commit a5629cd). Its own
-    inverse, and so its own gradient.
-    """
-
-    def swap(t):
-        integer = _SAME_WIDTH_INT[t.dtype.name]
-        return tf.bitcast(tf.transpose(tf.bitcast(t, integer), (0, 2, 1, 3)), t.dtype)
-
-    return swap(x), swap
-
-
-# In inference, attention over at most this many (batch * seq * seq) scores per head runs on
-# TensorFlow's own kernels, above it on oneDNN's. oneDNN's batched products and softmax cost 30
-# to 60 microseconds a call however small the input: 125 per block for a 10-token sentence,
-# against 9 for TensorFlow's. Its products win from about 2 x 40 x 40 (float32; bfloat16 from
-# 1 x 64 x 64) and run BERT-base batches 2 to 4 times as fast. Training takes oneDNN's kernels
-# outright, as BertLayerNorm takes its fused op: no cond to trace twice, with its gradients.
-SMALL_ATTENTION = 1600
-
-
-def small_batch_matmul(x, y, adjoint_b=False):
-    """x @ y (or y transposed) on TensorFlow's own kernel: oneDNN replaces BatchMatMulV2 only."""
-    return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype, adj_y=adjoint_b)
-
-
-def small_softmax(scores):
-    """The softmax over the last axis, as plain element-wise ops and reductions (oneDNN
-    replaces the Softmax op)."""
-    exp = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
-    return exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
+    """(batch, seq, heads, size) <-> (batch, heads, seq, size): attention's transposes."""
+    return tf.transpose(x, (0, 2, 1, 3))
 
 
 def attention_bias(input_mask, dtype):
@@ -158,35 +120,23 @@ class BertSelfAttention(keras.layers.Layer):
     def _context(self, projected, layout, heads, training, first_only):
         """`heads` heads' attention, from their query, key and value projections (`projected`,
         as _attend takes them): (rows, heads * head_size), the rows of the keys and values the
-        tokens (packed), those of the queries too, or with `first_only` one a sequence. Traced
-        under packing.in_buckets (an export's encoder on a large batch), inference computes it
-        in groups of sequences of similar length (packing.attention_buckets)."""
+        tokens (packed), those of the queries too, or with `first_only` one a sequence."""
         static = self.static_shapes
         spread = functools.partial(spread_for_attention, layout=layout, static=static)
         if first_only:
             return self._attend(projected, spread, layout["input_mask"], heads, training,
                                 first_only=True)  # fmt: skip
-        # In buckets, a plain gather spreads each bucket.
-        if not training and not static and packing.attending_in_buckets():
-            buckets, unbucket = packing.buckets_of(layout)
-            contexts = [self._attend(projected, functools.partial(tf.gather, indices=slots),
-                                     mask, heads, training, in_bucket=True)
-                        for slots, mask in buckets]  # fmt: skip
-            return tf.gather(tf.concat(contexts, axis=0), unbucket)
         context = self._attend(projected, spread, layout["input_mask"], heads, training)
         return pack(context, layout, static)
 
-    def _attend(self, projected, spread, input_mask, heads, training, first_only=False,
-                in_bucket=False):
+    def _attend(self, projected, spread, input_mask, heads, training, first_only=False):
         """Attention over the sequences that `spread` lays the packed rows out in, (rows, width)
         -> (batch * seq, width), with `input_mask` (batch, seq): (batch * seq, heads *
         head_size), each position's context (padded ones' to be dropped). `projected`: the
         query, key and value projections, (rows, heads * head_size) each, in that order, as a
         tuple of tensors that each hold one or more of them side by side (a column part's one
         product), spread and split into heads together. With `first_only`, the query is a
-        tensor of its own holding one row a sequence, and so does the result. `in_bucket`: a
-        bucket's attention takes the kernels for large inputs (oneDNN's where it runs) without
-        a cond."""
+        tensor of its own holding one row a sequence, and so does the result."""
         batch, seq = ops.shape(input_mask)[0], ops.shape(input_mask)[1]
         queries = 1 if first_only else seq
         split = []  # each (batch, heads, length, size)
@@ -196,36 +146,15 @@ class BertSelfAttention(keras.layers.Layer):
             else:
                 split += self._split_heads(spread(x), batch, seq, heads)
         query, key, value = split
-        # Only where oneDNN would run them: not on GPUs, and not in float16 (TensorFlow's
-        # BatchMatMulV3 has no float16 kernel on CPUs).
-        small = (not training and not in_bucket and self.compute_dtype != "float16"
-                 and not tf.config.list_logical_devices("GPU")
-                 and batch * queries * seq <= SMALL_ATTENTION)  # fmt: skip
-
-        def attention_probs(matmul, softmax):
-            scores = matmul(query, key, adjoint_b=True)  # (batch, heads, queries, seq)
-            # Scaled and masked in the product's dtype, in this order and under this absolute
-            # name: oneDNN's graph rewrite then fuses the product, the scalar Mul and the Add
-            # into one kernel that applies them to its float32 sums (one pass over the scores
-            # instead of three). Its pattern wants the product as the Mul's first input and the
-            # Mul as the Add's, and Grappler sorts the inputs of both by name first; "zz_"
-            # sorts after the model's own names. Adding 0 keeps a real key's score exact;
-            # -1e9 drowns a padded one in bfloat16 as in float32.
-            with tf.name_scope("zz_attention/"):
-                scale = tf.constant(1.0 / math.sqrt(self.head_size), self.compute_dtype)
-                bias = attention_bias(input_mask, self.compute_dtype)
-            scores = scores * scale + bias
-            # Softmax in float32: bfloat16 scores would lose the small differences between keys.
-            return softmax(ops.cast(scores, "float32"))  # (batch, heads, queries, seq)
-
-        def attention_context(matmul, softmax):
-            probs = self.dropout(ops.cast(attention_probs(matmul, softmax), self.compute_dtype),
-                                 training=training)  # fmt: skip
-            return matmul(probs, value)  # (batch, heads, queries, size)
-
-        # One cond for both products and the softmax, not one each.
-        context = cond(small, lambda: attention_context(small_batch_matmul, small_softmax),
-                       lambda: attention_context(tf.linalg.matmul, tf.nn.softmax))  # fmt: skip
+        scores = tf.linalg.matmul(query, key, adjoint_b=True)  # (batch, heads, queries, seq)
+        # Scaled and masked in the product's dtype. Adding 0 keeps a real key's score exact;
+        # -1e9 drowns a padded one in bfloat16 as in float32.
+        scale = tf.constant(1.0 / math.sqrt(self.head_size), self.compute_dtype)
+        scores = scores * scale + attention_bias(input_mask, self.compute_dtype)
+        # Softmax in float32: bfloat16 scores would lose the small differences between keys.
+        probs = tf.nn.softmax(ops.cast(scores, "float32"))  # (batch, heads, queries, seq)
+        probs = self.dropout(ops.cast(probs, self.compute_dtype), training=training)
+        context = tf.linalg.matmul(probs, value)  # (batch, heads, queries, size)
         context = swap_heads_and_positions(context)  # (batch, queries, heads, head_size)
         return ops.reshape(context, (-1, heads * self.head_size))  # (batch * queries, ...)
 

@@ -1,13 +1,10 @@
 """BertEncoder: a functional Keras model with the TF Hub BERT interface."""
 
-import functools
 
 import keras
-import tensorflow as tf
 
 from keras_bert import column_parts, layers, packing
 from keras_bert.config import BertConfig
-from keras_bert.primitives import BertLayerNorm
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 
@@ -51,8 +48,7 @@ class BertEncoder(keras.Model):
     `keep_outputs` (a list of those names; default all): the model's graph holds only these
     outputs and what they need, as a task model's export builds its encoder. A Keras
     functional model computes all its outputs when called, and in a SavedModel that a session
-    runs (TF Serving) Grappler then prunes the rest: on MiniLM's classifier export, constant
-    folding made about a hundred passes over the graph, 4.8 s of the first request.
+    runs (TF Serving) Grappler then prunes the rest, at a cost to the first request.
     """
 
     def __init__(
@@ -182,37 +178,6 @@ class BertEncoder(keras.Model):
         self._static_shapes = static
 
     _static_shapes = False
-
-    def plain_layer_norms(self):
-        """For float32 exports: every LayerNorm computes as plain ops in inference, whatever
-        the size (primitives.BertLayerNorm.plain_in_inference), the form that is fast with
-        oneDNN off. Task models' `export` does this on its float32 copy."""
-        for layer in self._flatten_layers(include_self=False):
-            if isinstance(layer, BertLayerNorm):
-                layer.plain_in_inference = True
-
-    def attention_buckets(self):
-        """For float32 exports: in inference, a batch of at least
-        packing.BUCKETED_ATTENTION_BATCH sequences attends in buckets of sequences of similar
-        length (packing.attention_buckets). The choice is one cond around the whole encoder,
-        paid once a call, not once an attention layer. Task models' `export` does this on its
-        float32 copy."""
-        self._bucketed_batches = True
-
-    _bucketed_batches = False
-
-    def call(self, inputs, training=None, mask=None):
-        whole_batch = functools.partial(super().call, inputs, training=training, mask=mask)
-        if (not self._bucketed_batches or training or self._static_shapes
-                or not tf.is_tensor(inputs["input_mask"])):  # fmt: skip
-            return whole_batch()
-
-        def in_buckets():
-            with packing.in_buckets():
-                return whole_batch()
-
-        batch = tf.shape(inputs["input_mask"])[0]
-        return tf.cond(batch >= packing.BUCKETED_ATTENTION_BATCH, in_buckets, whole_batch)
 
     @classmethod
     def from_config(cls, config):

@@ -16,8 +16,6 @@ them as keys; `unpack` zeroes them). The encoder runs static wherever its step i
 with XLA (`BertEncoder.static_shapes`); real positions get the same numbers either way.
 """
 
-import contextlib
-import threading
 
 import keras
 import tensorflow as tf
@@ -90,73 +88,6 @@ def real_positions(input_mask):
     return ops.concatenate([always, input_mask[:, 1:]], axis=1) > 0
 
 
-# An encoder set to (BertEncoder.attention_buckets; float32 exports are) computes attention, in
-# inference on a batch of at least BUCKETED_ATTENTION_BATCH sequences, in ATTENTION_BUCKETS groups
-# of sequences of similar length, each padded to its own longest, not to the batch's: on SST-2
-# dev batches of 32, 0.70 of the scores computed are real ones, not 0.32. The encoder traces its
-# graph twice, once under `in_buckets`, and picks one by the batch size in a single cond. The
-# quick start's float32 export against the same without buckets, AMD EPYC with AVX2: oneDNN off
-# (TensorFlow's default there), batch 32 1.08x to 1.10x, batch 1 0.98x to 1.00x; oneDNN on,
-# batch 32 1.01x to 1.04x, batch 1 0.97x to 0.99x: a single sentence pays for the other branch's
-# nodes, dead in the lowered cond (benchmarks/RESULTS.md).
-ATTENTION_BUCKETS = 4
-BUCKETED_ATTENTION_BATCH = 16
-
-# The buckets of the graph being traced under `in_buckets` (None outside it), by lengths tensor.
-_tracing = threading.local()
-
-
-@contextlib.contextmanager
-def in_buckets():
-    """While a graph is traced under it, attention in inference computes in buckets; the
-    buckets of a batch are laid out once, for all the layers."""
-    outer = getattr(_tracing, "buckets", None)
-    _tracing.buckets = {}
-    try:
-        yield
-    finally:
-        _tracing.buckets = outer
-
-
-def attending_in_buckets():
-    return getattr(_tracing, "buckets", None) is not None
-
-
-def buckets_of(layout):
-    """attention_buckets of the layout's lengths, made once a trace under `in_buckets`."""
-    key = layout["lengths"].ref()
-    if key not in _tracing.buckets:
-        _tracing.buckets[key] = attention_buckets(layout["lengths"])
-    return _tracing.buckets[key]
-
-
-def attention_buckets(lengths):
-    """The sequences of a batch, by their count of real tokens `lengths` (batch,), in
-    ATTENTION_BUCKETS groups of consecutive lengths (a stable sort, cut in near-equal counts).
-    Returns the groups, each as (slots, mask): its slots (members * longest,), each position's
-    row among the packed tokens (0 for padding; a sequence's real tokens first), and its mask
-    (members, longest); and `unbucket` (tokens,), each packed token's row among the groups'
-    positions, concatenated group after group."""
-    batch = tf.shape(lengths)[0]
-    starts = tf.cumsum(lengths, exclusive=True)  # each sequence's first row among the tokens
-    order = tf.argsort(lengths, stable=True)
-    buckets, bases, offset = [], [], 0
-    for i in range(ATTENTION_BUCKETS):
-        members = order[batch * i // ATTENTION_BUCKETS : batch * (i + 1) // ATTENTION_BUCKETS]
-        member_lengths = tf.gather(lengths, members)
-        longest = tf.maximum(tf.reduce_max(member_lengths), 0)  # 0 for an empty bucket
-        position = tf.range(longest)[None, :]
-        mask = tf.cast(position < member_lengths[:, None], tf.int32)
-        slots = tf.where(mask > 0, tf.gather(starts, members)[:, None] + position, 0)
-        buckets.append((tf.reshape(slots, (-1,)), mask))
-        bases.append(offset + tf.range(tf.size(members)) * longest)
-        offset += tf.size(members) * longest
-    base = tf.scatter_nd(order[:, None], tf.concat(bases, axis=0), (batch,))
-    sequence = tf.repeat(tf.range(batch), lengths)  # each packed token's sequence
-    within = tf.range(tf.size(sequence)) - tf.gather(starts, sequence)
-    return buckets, tf.gather(base, sequence) + within
-
-
 # Packing is a gather_nd and unpacking a scatter_nd: each is the other's gradient, where a
 # gather's gradient would sum its rows into a dense tensor (UnsortedSegmentSum, measured slower).
 def pack(x, layout, static=False):
@@ -183,8 +114,7 @@ def spread_for_attention(tokens, layout, static=False):
     padded positions holding a copy of row 0 (they get no attention, and their queries' results
     are dropped). That makes their gradient exactly 0, so the gradient of the spread is the real
     positions' rows, gathered back; the gather's own gradient would sum rows into a dense
-    tensor instead. Measured on SST-2-shaped batches: a gather costs half a scatter_nd. With
-    `static` (a static layout), the rows are already laid out so."""
+    tensor instead. With `static` (a static layout), the rows are already laid out so."""
     if static:
         return tokens
 

@@ -25,11 +25,8 @@ def exact_gelu(x):
     runs, Grappler fuses either form into the dense product before it, as the same kernel with
     the same numbers. Where it does not (TensorFlow's default on a CPU with AVX2 alone, so TF
     Serving's), the GELU runs as its own ops, and TensorFlow's Erf kernel is vectorised where
-    its Erfc is not. Measured on an AMD EPYC with AVX2 (RESULTS.md): (400, 1536) float32 2.55 ->
-    1.69 ms; the quick start's float32 export served as TF Serving serves it, oneDNN off,
-    alternating call by call, batch 32 1.025x to 1.033x (three runs), batch 1 1.01x; oneDNN on,
-    its probabilities unchanged to the bit. Both forms are within two float32 roundings of
-    max(|x|, 1) of the float64 GELU (tests/test_primitives.py).
+    its Erfc is not. Both forms are within two float32 roundings of max(|x|, 1) of the float64
+    GELU (tests/test_primitives.py).
     """
     x = ops.convert_to_tensor(x)
     return x * ((ops.erf(x * (1 / math.sqrt(2))) + 1.0) * 0.5)
@@ -100,10 +97,8 @@ class BertDropout(keras.layers.Dropout):
     the generator per position.
 
     The rate is rounded to a multiple of 1/65536 (0.1 -> 0.1000061) and kept values are scaled
-    by 65536 / (65536 - round(rate * 65536)). On attention's (8, 12, 128, 128) bfloat16
-    probabilities the call takes 2.1 ms instead of 4.4 (TensorFlow's Philox generator
-    dominates: StatelessRandomUniformV2 was 7% of a BERT-base bfloat16 training step).
-    Other backends, and a noise_shape, take Keras's own path.
+    by 65536 / (65536 - round(rate * 65536)): half the work of TensorFlow's random generator,
+    which dominates dropout. Other backends, and a noise_shape, take Keras's own path.
     """
 
     def call(self, inputs, training=False):
@@ -126,70 +121,27 @@ def initializer(stddev):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
-def cond(pred, true_fn, false_fn):
-    """tf.cond, or the one branch when pred is known while tracing (static shapes)."""
-    if isinstance(pred, bool):
-        return true_fn() if pred else false_fn()
-    return tf.cond(pred, true_fn, false_fn)
-
-
 def layer_norm(name):
     return BertLayerNorm(epsilon=LAYER_NORM_EPSILON, dtype="float32", name=name)
 
 
-# A LayerNorm over more than this many values runs as one fused op; up to it, as a few plain ones.
-FUSED_LAYER_NORM = 65536
-
-
 @_SERIALIZABLE
 class BertLayerNorm(keras.layers.LayerNormalization):
-    """Keras's LayerNormalization over the last axis (the same weights and numbers), faster.
-
-    Large inputs: the normalisation is TensorFlow's FusedBatchNormV3 over the rows (one channel
-    per row), which oneDNN fuses with the scale and shift into a single LayerNorm op; Keras's
-    own form runs as ten element-wise ops and reductions. (BatchNorm's Python wrapper raises
-    epsilon to 1.001e-5; the op itself takes BERT's 1e-12.) Small inputs: oneDNN's op costs
-    about 100 microseconds a call however few the rows, so in inference they run as plain ops.
-    Measured on (rows, 384), float32: 12 rows 15 us plain (Keras 18), fused 128; 1,000 rows
-    fused 190 us, Keras 470. Training always takes the fused op: the size is known only when
-    the graph runs, so the choice is a cond, and a training step would trace both forms and
-    both their gradients for batches that are large anyway.
-
-    `plain_in_inference = True` (float32 exports: `BertEncoder.plain_layer_norms`) takes the
-    plain ops in inference whatever the size. Where oneDNN is off (TensorFlow's default on a
-    CPU without AVX512 VNNI, BF16 or AMX, so TF Serving's there), FusedBatchNormV3 runs on
-    TensorFlow's own kernel, which transposes its NCHW input twice: twelve (807, 384)
-    LayerNorms, float32, two threads, took 25.4 ms fused against 6.6 plain (RESULTS.md).
-    """
-
-    plain_in_inference = False
+    """Keras's LayerNormalization over the last axis (the same weights and numbers), computed
+    as TensorFlow's FusedBatchNormV3 over the rows (one channel a row), which oneDNN fuses with
+    the scale and shift into a single LayerNorm op; Keras's own form is ten element-wise ops
+    and reductions. (BatchNorm's Python wrapper raises epsilon to 1.001e-5; the op itself takes
+    BERT's 1e-12.) Other axes, and `rms_scaling`, are Keras's own. Computes in float32 and
+    returns the compute dtype."""
 
     def call(self, inputs, training=None):
         if self.axis not in ([-1], [len(inputs.shape) - 1]) or self.rms_scaling:
             return super().call(inputs)
         x = tf.cast(inputs, "float32")
-        shape = tf.shape(x)
         rows = tf.reshape(x, (-1, x.shape[-1]))
-        size = tf.size(rows) if rows.shape.num_elements() is None else rows.shape.num_elements()
-        # The weights are read outside the cond: a branch that reads a variable makes the cond
-        # a stateful op, which a tf.function always runs, with all it depends on, even when
-        # nothing reads its result (encoder.py's pooled_output_only relies on the pruning).
-        gamma, beta = tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta)
-        if training:
-            fused = True  # see the class docstring
-        else:
-            fused = False if self.plain_in_inference else size > FUSED_LAYER_NORM
-        normalized = cond(fused, lambda: self._fused(rows, gamma, beta),
-                           lambda: self._plain(rows, gamma, beta))  # fmt: skip
-        return ops.cast(tf.reshape(normalized, shape), self.compute_dtype)
-
-    def _plain(self, rows, gamma, beta):
-        # The variance takes the squared differences in one op, not the centered rows squared:
-        # the same numbers, one op fewer between the two reductions (a served sentence's
-        # LayerNorm is a chain of small ops, each costing about as much as its work).
-        mean = tf.reduce_mean(rows, axis=-1, keepdims=True)
-        variance = tf.reduce_mean(tf.math.squared_difference(rows, mean), axis=-1, keepdims=True)
-        return (rows - mean) * (tf.math.rsqrt(variance + self.epsilon) * gamma) + beta
+        normalized = self._fused(rows, tf.convert_to_tensor(self.gamma),
+                                 tf.convert_to_tensor(self.beta))  # fmt: skip
+        return ops.cast(tf.reshape(normalized, tf.shape(x)), self.compute_dtype)
 
     def _fused(self, rows, gamma, beta):
         # The exact pattern oneDNN's graph rewrite looks for: Reshape, FusedBatchNormV3 with

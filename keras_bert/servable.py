@@ -105,51 +105,32 @@ class ServableModel(keras.Model):
             object.__setattr__(self, "compiled", True)
 
     def export(self, filepath, version=None, precision="float32", column_parts=None, *,
-               attention_buckets=None, allow_untrained_head=False, **kwargs):
-        """Writes a TF Serving SavedModel to `<filepath>/<version>/` (default: one more than the
-        newest there) and returns its path: strings-in `serving_default`, `serve_token_ids`,
-        inference weights only, warmup requests, every op checked against what TF Serving
-        2.12 can run.
+               allow_untrained_head=False, **kwargs):
+        """Writes a TF Serving SavedModel to `<filepath>/<version>/` and returns its path.
 
-        `precision` is the export's compute precision, whatever the model trained in:
-        "float32" (the default) runs at full speed on every CPU; "bfloat16" is faster only
-        where the CPU's bfloat16 products outrun its float32 ones (AMX, AMD's AVX512-BF16; an
-        Intel CPU with AVX512-BF16 but no AMX runs them at half the speed) and on GPUs and
-        TPUs, and its answers can differ from float32's on near ties. A "bfloat16" or
-        "float16" export stores its dense weights in that precision
-        (`with_precision(..., for_inference=True)`).
+        Args:
+          filepath: the model folder; versions are numbered folders inside it.
+          version: the version number; default one more than the newest there (two writers
+            never take the same one).
+          precision: the export's compute precision, whatever the model trained in: "float32"
+            (runs at full speed on every CPU), "bfloat16" or "float16" (the dense weights
+            stored in that precision; faster only where the hardware's 16-bit products are,
+            and answers may differ from float32's on near ties).
+          column_parts: each encoder block computes in this many column parts, which
+            TensorFlow's inter-op threads run side by side (`BertEncoder.split_columns`; the
+            same numbers up to rounding). Default: 2 where the heads and sizes split in two,
+            else 1 (each product whole).
+          allow_untrained_head: export a head that was never trained (`head_is_untrained`),
+            to time or test a server; refused otherwise.
 
-        `column_parts`: the export's encoder blocks compute in this many column parts, which
-        TensorFlow's inter-op threads run side by side (`BertEncoder.split_columns`; the same
-        numbers up to rounding, the export's weights stored as the parts); 1 keeps each product
-        whole. The default: 2 where the heads and sizes split in two (every published BERT),
-        else 1; on 2 cores it serves a sentence about 1.2 times as fast
-        (benchmarks/RESULTS.md).
+        The SavedModel holds `serving_default` (strings in, answers out), `serve_token_ids`
+        (token ids in), inference weights only (no optimizer state), warmup requests, and only
+        ops TF Serving 2.12 can run. Its encoder computes only the outputs the head reads
+        (`ENCODER_OUTPUTS`). docs/serving.md describes the signatures.
 
-        What is exported is a copy of the model whose encoder computes only the outputs the
-        head reads (`ENCODER_OUTPUTS`): the same numbers, and a graph TF Serving prepares in
-        a third of the time (MiniLM's classifier loaded as TF Serving loads it: its first
-        request 2.0 to 2.8 s, against 6.6 to 7.2).
-
-        A float32 export computes its LayerNorms as plain ops (`BertEncoder.plain_layer_norms`):
-        where oneDNN is off (TensorFlow's default on a CPU with AVX2 alone) its fused form runs
-        slowly, and the export cannot know whether the server's TensorFlow will turn oneDNN on.
-        Measured with the quick start's export, SST-2 dev batches of 32: 1.11x as many
-        sentences with oneDNN off, 0.98x to 0.99x with it on (benchmarks/RESULTS.md). Exports
-        in 16 bits keep the fused form, which oneDNN runs, as their CPUs' fast products need.
-
-        `attention_buckets`: whether a batch of 16 sequences or more attends in buckets of
-        sequences of similar length (`BertEncoder.attention_buckets`); by default float32
-        exports do. Measured with the quick start's float32 export against the same without:
-        batches of 32 SST-2 dev sentences 1.08x to 1.10x as fast with oneDNN off (TensorFlow's
-        default on a CPU with AVX2 alone), 1.01x to 1.04x with it on; single sentences 0.97x
-        to 1.00x (benchmarks/RESULTS.md). 16-bit exports go without unless asked: the quick
-        start's bfloat16 export with them, on an AMD CPU with AVX512-BF16 (oneDNN on, frozen
-        weights), served batches of 32 at 1.05x to 1.09x and single sentences at 0.92x to 0.95x,
-        and single sentences are where that export's lead over PyTorch is the smaller.
-
-        A head never trained (`head_is_untrained`) is refused, unless `allow_untrained_head`
-        (an export to time or to test a server with, whose answers mean nothing)."""
+        Returns:
+          The version folder's path, a string.
+        """
         if kwargs:
             raise ValueError(f"unexpected arguments {sorted(kwargs)}; keras_bert task models "
                              "export TF Serving SavedModels only")  # fmt: skip
@@ -165,12 +146,6 @@ class ServableModel(keras.Model):
         inference = self._copy(precision, keep_outputs=self.ENCODER_OUTPUTS)
         if column_parts > 1:
             inference.encoder.split_columns(column_parts)
-        if precision == "float32":
-            inference.encoder.plain_layer_norms()
-        if attention_buckets is None:
-            attention_buckets = precision == "float32"
-        if attention_buckets:
-            inference.encoder.attention_buckets()
         return serving.export(inference, filepath, version)
 
     def with_precision(self, precision, for_inference=False):

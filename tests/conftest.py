@@ -13,7 +13,7 @@ import keras_bert  # noqa: E402  (selects the TensorFlow backend before keras lo
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_bert import attention, packing  # noqa: E402
+from keras_bert import packing  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data")
@@ -53,15 +53,6 @@ def random_inputs(batch=3, seq=7, vocab_size=99, seed=0, lengths=None):
         "input_mask": mask,
         "input_type_ids": (rng.integers(0, 2, (batch, seq)) * mask).astype("int32"),
     }
-
-
-@pytest.fixture(params=["tensorflow", "onednn"])
-def attention_kernels(request, monkeypatch):
-    """Runs a test on each of attention's kernel sets: TensorFlow's own (the small inputs of
-    these tests get them) and oneDNN's (what larger batches get)."""
-    limit = 10**9 if request.param == "tensorflow" else -1
-    monkeypatch.setattr(attention, "SMALL_ATTENTION", limit)
-    return request.param
 
 
 def on_tokens(layer, x, mask):

@@ -226,11 +226,6 @@ def test_column_parts_flag_is_checked_against_the_model_before_exporting(sst2_ru
     assert not os.path.exists(tmp_path / "m")
     path = export.export_run(sst2_run, str(tmp_path), "m", column_parts=1)
     assert (12, 38) in {tuple(v.shape) for v in tf.saved_model.load(path).model_weights}
-    # --noattention_buckets reaches the model: its export does not sort sequences by length
-    # (TopKV2), as a float32 export does by default.
-    assert "TopKV2" in serving.graph_ops(path)
-    path = export.export_run(sst2_run, str(tmp_path), "m", attention_buckets=False)
-    assert "TopKV2" not in serving.graph_ops(path)
 
 
 def test_op_check_refuses_ops_tf_serving_lacks(tmp_path):

@@ -6,11 +6,8 @@ import tensorflow as tf
 from keras_bert import primitives
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_layer_norm_matches_keras_in_values_and_gradients(fused, monkeypatch):
-    # Both of BertLayerNorm's forms (plain ops for small inputs, one fused op for large), in a
-    # tf.function, where oneDNN's graph rewrite fuses the large form into one LayerNorm op.
-    monkeypatch.setattr(primitives, "FUSED_LAYER_NORM", -1 if fused else 2**30)
+def test_layer_norm_matches_keras_in_values_and_gradients():
+    # In a tf.function, where oneDNN's graph rewrite fuses it into one LayerNorm op.
     rng = np.random.default_rng(9)
     ours, keras_own = primitives.layer_norm("ours"), keras.layers.LayerNormalization(epsilon=1e-12)
     gamma_and_beta = [rng.normal(size=24).astype("float32") for _ in range(2)]
@@ -31,38 +28,8 @@ def test_layer_norm_matches_keras_in_values_and_gradients(fused, monkeypatch):
     expected = values_and_gradients(keras_own)
     for got, want in zip(values_and_gradients(ours), expected):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
-    inference = tf.function(lambda x: ours(x))(x)  # no gradient: the fused op
+    inference = tf.function(lambda x: ours(x))(x)  # no gradient
     np.testing.assert_allclose(inference, expected[0], rtol=1e-5, atol=1e-5)
-
-
-def test_plain_layer_norm_chains_eight_ops_with_the_textbook_numbers():
-    # A served sentence's LayerNorm runs as plain ops, each costing about as much as its work,
-    # so the chain the result waits on is its cost: the mean, the squared differences, their
-    # mean, epsilon, the reciprocal square root, gamma, the scaling, beta. The centering runs
-    # beside the variance. Its numbers are those of the centred rows squared, to the bit.
-    layer = primitives.layer_norm("ln")
-    layer.plain_in_inference = True
-    layer.build((None, 384))
-    rng = np.random.default_rng(4)
-    layer.set_weights([rng.normal(size=384).astype("float32") for _ in range(2)])
-    spec = tf.TensorSpec([None, 384], tf.float32)
-    graph = tf.function(lambda x: layer(x, training=False)).get_concrete_function(spec).graph
-
-    seen = {}
-
-    def chain(op):  # the most compute ops on a path from the input to op
-        if op.name not in seen:
-            longest = max((chain(t.op) for t in op.inputs), default=0)
-            seen[op.name] = longest + (op.type not in {"Identity", "Const", "Placeholder",
-                                                       "ReadVariableOp", "Reshape", "Shape"})
-        return seen[op.name]
-
-    assert chain(graph.outputs[0].op) == 8, [op.type for op in graph.get_operations()]
-    x = tf.constant(rng.normal(3.0, 5.0, size=(25, 384)), "float32")
-    centered = x - tf.reduce_mean(x, axis=-1, keepdims=True)
-    variance = tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True)
-    textbook = centered * (tf.math.rsqrt(variance + layer.epsilon) * layer.gamma) + layer.beta
-    np.testing.assert_array_equal(layer(x, training=False), textbook)
 
 
 def test_gelu_forms_differ_and_match_their_formulas():
