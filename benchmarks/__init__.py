@@ -1,12 +1,63 @@
-"""Throughput and latency scripts; each prints JSON (see README, Speed)."""
+"""The canonical benches: each prints its report as JSON (README, Speed), and with
+`--results=benchmarks/results.jsonl` also appends it there, one line a run."""
 
+import datetime
 import functools
 import glob
+import json
 import os
+import platform
 import statistics
+import subprocess
+import sys
 import time
 
 from absl import app, flags
+
+flags.DEFINE_string("results", None, "Also append the report, with the date, the CPU, the "
+                    "commit and the command, as one line of this JSON-lines file (the "
+                    "project's record: benchmarks/results.jsonl).")
+
+
+def cpu_name():
+    """The CPU's model name and its bfloat16 and AVX-512 flags, as /proc/cpuinfo gives them
+    (the machine's processor name where there is no /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info = f.read()
+    except OSError:
+        return platform.processor() or platform.machine()
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    cpu_flags = set(fields.get("flags", "").split())
+    isa = [name for name in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if name in cpu_flags]
+    return f"{fields.get('model name', 'unknown')} ({', '.join(isa)}; {os.cpu_count()} cores)"
+
+
+def _commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=False, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _command():
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    program = f"python -m {spec.name}" if spec else f"python {sys.argv[0]}"
+    return " ".join([program] + sys.argv[1:])
+
+
+def print_report(report):
+    """Prints `report` (a JSON-able dict) as indented JSON; with --results, also appends it to
+    that file as one line: {"date", "cpu", "commit", "command", "report"}."""
+    print(json.dumps(report, indent=2), flush=True)
+    if flags.FLAGS.results:
+        line = {"date": datetime.date.today().isoformat(), "cpu": cpu_name(),
+                "commit": _commit(), "command": _command(),
+                "report": report}  # fmt: skip
+        with open(flags.FLAGS.results, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")  # one write: lines of two runs never interleave
 
 
 def time_alternating(jobs, rounds):
@@ -50,17 +101,6 @@ def checked_column_parts(config):
         raise app.UsageError(f"--column_parts={count}: {e}") from None
 
 
-def positive_integers(name, hint):
-    """The list flag `name` as ints, each at least 1; a usage error naming the flag and `hint`
-    (what to give) where one is not, or where the list is empty."""
-    values = getattr(flags.FLAGS, name)
-    try:
-        numbers = [int(n) for n in values]
-    except ValueError:
-        numbers = []
-    if not numbers or min(numbers) < 1:
-        raise app.UsageError(f"--{name}={','.join(values)}: {hint}")
-    return numbers
 
 
 def tf_serving_module():
@@ -74,41 +114,10 @@ def tf_serving_module():
     return module
 
 
-def define_served_export_flags(kind, sentences, per):
-    """The flags of `served_sentence_export` and of the SST-2 dev sentences served to it: --export,
-    a `kind` classifier's export, and --sentences (default `sentences`), one a call, per `per`."""
-    flags.DEFINE_string("export", None, f"The SavedModel version folder of a {kind} classifier's "
-                        "export (default: the newest under exported/sst-2, the quick start's).")
-    flags.DEFINE_integer("sentences", sentences, f"SST-2 dev sentences served, one a call, per "
-                         f"{per}.", lower_bound=1)  # fmt: skip
 
 
-def served_export_path():
-    """--export, or the quick start's newest export; a usage error unless it is a SavedModel."""
-    import tensorflow as tf
-
-    export = flags.FLAGS.export or newest_export("sst-2")
-    if not tf.saved_model.contains_saved_model(export):
-        raise app.UsageError(f"--export={export} holds no SavedModel (saved_model.pb)")
-    return export
 
 
-def served_sentence_export():
-    """--export (`served_export_path`) loaded as TF Serving loads it, one thread an op
-    (`keras_bert/tf_serving.py`), and the first --sentences SST-2 dev sentences as its
-    requests: (its path, the loaded export, [one-sentence string array]); a usage error unless
-    it is a SavedModel that takes one sentence."""
-    import numpy as np
-
-    from benchmarks import peer_worker
-
-    export = served_export_path()
-    served = tf_serving_module().LoadedLikeTfServing(export, intra_op_threads=1)
-    if served.input_names != ["sentence"]:
-        raise app.UsageError(f"--export={export} takes {served.input_names}, not one sentence: "
-                             "export a single-sentence classifier, such as the quick start's")
-    sentences = peer_worker.sst2("dev")[0][: flags.FLAGS.sentences]
-    return export, served, [np.array([sentence], dtype=object) for sentence in sentences]
 
 
 def define_shape_flags():
@@ -118,13 +127,6 @@ def define_shape_flags():
     flags.DEFINE_integer("seq_length", 128, "Tokens per sequence (no padding).")
 
 
-def define_forward_flags():
-    """The flags of the scripts that time or profile a random BERT-base encoder's forward pass
-    (`random_encoder`)."""
-    define_shape_flags()
-    flags.DEFINE_bool("stored_weights", False, "bfloat16 only: the weights stored in bfloat16 "
-                      "(what a bfloat16 export runs) rather than float32 weights cast on every "
-                      "call.")  # fmt: skip
 
 
 def define_forms_flags(layers=True):
@@ -167,26 +169,3 @@ def random_token_ids(rng, batch, seq):
     shape = (batch, seq)
     return {"input_word_ids": tf.constant(rng.integers(1000, 30000, shape), tf.int32),
             "input_mask": tf.ones(shape, tf.int32), "input_type_ids": tf.zeros(shape, tf.int32)}
-
-
-def stored_weights():
-    """Whether `random_encoder` stores its weights in bfloat16: --stored_weights, which only a
-    bfloat16 forward has."""
-    FLAGS = flags.FLAGS
-    return FLAGS.stored_weights and FLAGS.precision == "bfloat16"
-
-
-def random_encoder(num_hidden_layers=12):
-    """A random BERT-base encoder (with `num_hidden_layers` blocks) as `define_forward_flags`
-    asks, and a batch of token ids for it, without padding."""
-    import keras
-    import numpy as np
-
-    from keras_bert import BertConfig, BertEncoder
-
-    FLAGS = flags.FLAGS
-    keras.config.set_dtype_policy("float32" if FLAGS.precision == "float32" else "mixed_bfloat16")
-    config = BertConfig(num_hidden_layers=num_hidden_layers)
-    encoder = BertEncoder(**config.to_dict(), dtype="bfloat16" if stored_weights() else None)
-    x = random_token_ids(np.random.default_rng(0), FLAGS.batch_size, FLAGS.seq_length)
-    return encoder, x

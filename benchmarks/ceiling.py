@@ -16,7 +16,6 @@ in its last block): with `--batch_size=1 --column_parts=2 --intra_op_threads=1`,
 products alone set on an export serving single sentences (`sequences_per_s`).
 """
 
-import json
 
 import numpy as np
 import tensorflow as tf
@@ -238,7 +237,7 @@ def main(argv):
                               for form, rate in per_s.items()},
               "of_independent_constants": {form: round(rate / base, 3)
                                            for form, rate in per_s.items()}}  # fmt: skip
-    print(json.dumps(report, indent=2))
+    benchmarks.print_report(report)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def encoder_jobs(opts):
     import keras_bert
     from keras_bert import BertConfig, BertEncoder
 
-    config = BertConfig()  # BERT-base
+    config = BertConfig(num_hidden_layers=opts.get("layers", 12))  # BERT-base (fewer: tests)
     batch, seq, steps = opts["batch_size"], opts["seq_length"], opts["steps"]
     rng = np.random.default_rng(0)
     x = random_token_ids(rng, batch, seq)

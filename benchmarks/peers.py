@@ -51,7 +51,8 @@ import numpy as np
 
 from absl import app, flags, logging
 
-from benchmarks import newest_export
+import benchmarks
+from benchmarks import newest_export, print_report
 from benchmarks.peer_results import compare, summary
 from benchmarks.peer_worker import checkpoint_config, checkpoint_folder
 
@@ -277,13 +278,12 @@ def learning_report():
 
 
 def write_report(report):
-    text = json.dumps(report, indent=2)
     if FLAGS.output:
         tmp = f"{FLAGS.output}.tmp-{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+            f.write(json.dumps(report, indent=2) + "\n")
         os.replace(tmp, FLAGS.output)
-    print(text)
+    print_report(report)
 
 
 def main(argv):
@@ -340,4 +340,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    flags.adopt_module_key_flags(benchmarks)  # --help lists --results
     app.run(main)

@@ -13,7 +13,6 @@
 """
 
 import glob
-import json
 import multiprocessing
 import os
 import statistics
@@ -23,6 +22,7 @@ import keras
 import numpy as np
 from absl import app, flags
 
+import benchmarks
 import keras_bert  # noqa: F401  (selects the TensorFlow backend)
 from benchmarks import time_alternating
 from keras_bert import BertConfig, BertEncoder, BertPretrainer, pretraining
@@ -108,7 +108,7 @@ def main(argv):
         if FLAGS.against_keras:
             timed[precision]["speedup_over_keras"] = (
                 seconds[precision, "keras"] / seconds[precision, "keras_bert"])  # fmt: skip
-    print(json.dumps(report, indent=2))
+    benchmarks.print_report(report)
 
 
 def creation_report():
@@ -130,4 +130,5 @@ def creation_report():
 
 
 if __name__ == "__main__":
+    flags.adopt_module_key_flags(benchmarks)  # --help lists --results
     app.run(main)

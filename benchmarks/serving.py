@@ -21,6 +21,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer's ops)
 from absl import app, flags
 
+import benchmarks
 from benchmarks import newest_export
 
 FLAGS = flags.FLAGS
@@ -78,8 +79,9 @@ def main(argv):
                   "examples_per_s": count / statistics.median(seconds[size]),
                   "median_latency_ms": 1000 * statistics.median(latency[size])}
                   for size in calls}}  # fmt: skip
-    print(json.dumps(report, indent=2))
+    benchmarks.print_report(report)
 
 
 if __name__ == "__main__":
+    flags.adopt_module_key_flags(benchmarks)  # --help lists --results
     app.run(main)

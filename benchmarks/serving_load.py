@@ -20,6 +20,8 @@ import time
 
 from absl import app, flags
 
+import benchmarks
+
 FLAGS = flags.FLAGS
 flags.DEFINE_list("exports", None, "SavedModel version folders to compare (such as "
                   "exported/sst-2/1).")  # fmt: skip
@@ -76,8 +78,9 @@ def main(argv):
               "results": {export: {key: statistics.median(run[key] for run in done)
                                    for key in done[0]}
                           for export, done in runs.items()}}  # fmt: skip
-    print(json.dumps(report, indent=2))
+    benchmarks.print_report(report)
 
 
 if __name__ == "__main__":
+    flags.adopt_module_key_flags(benchmarks)  # --help lists --results
     app.run(main)

@@ -75,15 +75,10 @@ HELP_FLAGS = [
     ("tasks.quickstart", ["--classify", "--task_name", "--learning_rate"]),
     ("tasks.pretrain", ["--text_file", "--input_file", "--num_train_steps", "--learning_rate"]),
     ("exports.export", ["--run_dir", "--export_dir", "--model_name", "--hub_layout"]),
-    # Benchmarks whose flags are defined in benchmarks/__init__.py, for several scripts.
-    ("benchmarks.profile_encoder", ["--precision", "--stored_weights", "--batch_size", "--step"]),
-    ("benchmarks.headroom", ["--precision", "--stored_weights", "--rounds", "--layers"]),
-    ("benchmarks.ceiling", ["--precision", "--seq_length", "--rounds", "--steps"]),
-    ("benchmarks.onednn_kernels", ["--precision", "--stored_weights", "--form", "--steps",
-                                  "--export", "--sentences"]),
-    ("benchmarks.dense_forms", ["--precision", "--batch_size", "--rounds", "--steps"]),
-    ("benchmarks.served_products", ["--export", "--sentences", "--seq_lengths", "--column_parts"]),
-    ("benchmarks.served_threads", ["--export", "--sentences", "--passes", "--top"]),
+    # Benchmarks: their own flags, and --results from benchmarks/__init__.py.
+    ("benchmarks.ceiling", ["--precision", "--seq_length", "--rounds", "--steps", "--results"]),
+    ("benchmarks.peers", ["--bench", "--rounds", "--threads", "--output", "--results"]),
+    ("benchmarks.tricks", ["--checkpoint", "--threads", "--results"]),
 ]  # fmt: skip
 
 
