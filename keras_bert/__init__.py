@@ -33,11 +33,8 @@ def _use_tensorflow_backend():
 def _use_onednn():
     """TF_ENABLE_ONEDNN_OPTS=1 unless it is set or TensorFlow is already loaded (it reads the
     variable as it loads). x86 TensorFlow turns oneDNN on by itself only on CPUs with AVX512
-    VNNI, AVX512-BF16 or AMX, so this changes nothing there. On a CPU with AVX2 alone its own
-    kernels ran BERT slower, measured on 2 cores of an AMD EPYC (benchmarks/RESULTS.md): a
-    MiniLM training step 1.35x faster with oneDNN, a small model's pre-training 1.8x to 2.6x (its
-    kernels' page faults were half the run's CPU time), the same losses.
-    TF_ENABLE_ONEDNN_OPTS=0 keeps TensorFlow's own kernels."""
+    VNNI, AVX512-BF16 or AMX, so this changes nothing there; on a CPU with AVX2 alone its own
+    kernels train BERT slower (docs/performance.md). TF_ENABLE_ONEDNN_OPTS=0 keeps them."""
     if "tensorflow" not in sys.modules:
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 

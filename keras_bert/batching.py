@@ -15,11 +15,9 @@ from keras_bert.config import whole_number
 def without_autotuning(dataset):
     """`dataset` without tf.data's autotuning thread. That thread sleeps between its
     optimizations for longer and longer periods, and destroying an iterator waits for the sleep
-    to end, so a `fit` or `evaluate` can end long after its last step: of 8 one-epoch fits of 30
-    steps (3.5 s of work) 2 to 6 ended at 5.2 s, and none without it; tasks.pretrain's fit calls
-    of 100 to 500 steps ended 40 to 55 s late on 2 AVX2 cores, and 0.6 s without it.
-    Steps run as fast without it, AUTOTUNE parallelism and prefetch falling back to their
-    defaults: the preprocessing costs about 0.5 ms a batch, a training step 100 ms or more.
+    to end, so a `fit` or `evaluate` can end long after its last step. Steps run as fast
+    without it, AUTOTUNE parallelism and prefetch falling back to their defaults: the
+    preprocessing is a small part of a training step.
     `batched` applies it to what it builds from lists, the task binaries to their datasets.
     Under a strategy, the datasets that feed each device do not inherit these options:
     `distribute.device_datasets_without_autotuning`."""

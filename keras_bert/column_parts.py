@@ -6,7 +6,7 @@ joined: attention's heads in groups, each from its own columns of the query, key
 weights in one product, and the feed-forward's products in blocks of columns (or, for the
 second product in float32, of rows). TensorFlow's inter-op threads run the parts side by side.
 The parts hold frozen copies of the weights, so a split layer refuses to train (`of_layer`).
-Measured in benchmarks/RESULTS.md ("The exports' column parts").
+What it gains: docs/performance.md.
 """
 
 import functools

@@ -84,13 +84,9 @@ def cpu_bfloat16_is_fast(cpu_info=None):
     """Whether this CPU's bfloat16 matrix products outrun its float32 ones, and why, read from
     the CPU's flags in `cpu_info` (Linux's /proc/cpuinfo).
 
-    Measured on this project's machines (benchmarks/RESULTS.md): with AVX512-BF16 on AMD,
-    oneDNN's bfloat16 products run about twice as fast as float32's. With AVX512-BF16 but no AMX
-    on Intel they ran at half float32's speed (the quick start 146 s against 125 s in float32),
-    and with AVX2 alone the quick start took 308 s against 234 s. With AMX (Intel) a large
-    bfloat16 product has been reported at about 670 GFLOP/s on 2 cores, several times float32's;
-    RESULTS.md records no run on such a CPU. Where the flags cannot be read (not Linux), the
-    answer is no: float32 runs at full speed everywhere.
+    Yes with AMX, and with AVX512-BF16 on AMD; no with AVX512-BF16 but no AMX on Intel
+    (bfloat16 at half float32's speed there), with AVX2 alone, and where the flags cannot be
+    read (not Linux): float32 runs at full speed everywhere.
     Returns (bool, reason).
     """
     cpu_info = cpu_info or CPU_INFO
@@ -198,11 +194,9 @@ def device_datasets_without_autotuning():
     of its own: a generator over the input's iterator and a one-element prefetch. That dataset
     does not inherit the input's options, so autotuning is on there whatever the input says
     (`batching.without_autotuning`), and destroying the iterator at the end of each call waits
-    for its thread's sleep, which grows the longer the call runs: tasks.pretrain's 500-step
-    runs of the tests' small model (2 cores of an Intel Xeon) ended 9 to 58 s after their last
-    step in 8 of 14 runs, gdb showing the main thread in RootDataset::Iterator's destructor,
-    waiting for the thread of model::Model::OptimizeLoop; with this, 0.36 to 0.51 s after it in
-    all 7 runs. Such a dataset holds nothing to tune. Installed once (it replaces a function of
+    for its thread's sleep, which grows the longer the call runs (the main thread waits in
+    RootDataset::Iterator's destructor for model::Model::OptimizeLoop's thread), up to a minute
+    after a long fit's last step. Such a dataset holds nothing to tune. Installed once (it replaces a function of
     TensorFlow's), by a task model fitted, evaluated or predicting under a strategy (BertTask).
     """
     from tensorflow.python.data.ops import multi_device_iterator_ops as iterators

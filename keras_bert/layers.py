@@ -184,7 +184,7 @@ class BertTransformerBlock(keras.layers.Layer):
 
     def call(self, tokens, layout, training=None, first_only=False):
         # Rank 2, so that oneDNN fuses each product with its bias and the intermediate one
-        # with its GELU too (measured: benchmarks/profile_encoder.py).
+        # with its GELU too.
         attended = self.attention(tokens, layout, training=training, first_only=first_only)
         attended = self.attention_dropout(attended, training=training)
         if first_only:
@@ -204,10 +204,8 @@ class BertTransformerBlock(keras.layers.Layer):
         rows of the second (in float32; in 16 bits, column blocks of the second too), on
         frozen copies of the weights (ColumnParts): the parts run side by side on TensorFlow's
         inter-op threads and join once a sublayer. The same numbers up to the rounding of
-        that join's sum; refused in training; 1 undoes it. Measured (benchmarks/RESULTS.md; 2
-        cores, one thread per op, the bfloat16 export): a served sentence 1.25x as fast, a
-        batch of 32 1.36x. `first_only`: split for calls with first_only=True (the attention's
-        queries in a product of their own)."""
+        that join's sum; refused in training; 1 undoes it. `first_only`: split for calls with
+        first_only=True (the attention's queries in a product of their own)."""
         attention_parts = self.attention._split(count, first_only)  # all checked before any is kept
         parts = None if count == 1 else column_parts.ColumnParts(
             count, intermediate=self.intermediate, output_dense=self.output_dense,

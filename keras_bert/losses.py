@@ -13,9 +13,8 @@ def sparse_cross_entropy_from_logits(labels, logits):
 
     TensorFlow's op computes its gradient in the forward pass, with Eigen. Here the forward is
     a log-sum-exp and the gradient, softmax(logits) - one_hot(labels), is computed when asked,
-    with the softmax on oneDNN's kernel where TensorFlow has it. Forward and backward on
-    masked LM's (320, 30,522) float32 logits: 1.76x as fast (benchmarks/RESULTS.md, "A fifth
-    session there"). A label outside [0, vocabulary) is refused, as the op refuses it.
+    with the softmax on oneDNN's kernel where TensorFlow has it (docs/performance.md). A label
+    outside [0, vocabulary) is refused, as the op refuses it.
     """
     labels, logits = tf.convert_to_tensor(labels), tf.convert_to_tensor(logits)
     if labels.shape.rank is not None and logits.shape.rank is not None and (

@@ -108,10 +108,9 @@ class BertPreprocessor(keras.layers.Layer):
         return texts
 
     def __call__(self, x, *args, **kwargs):
-        """Called eagerly on texts, the layer runs as one graph, traced on the first such call.
-        A batch of 32 SST-2 sentences (a Python list) took 10.6 to 10.8 ms op by op, and 0.90
-        to 1.09 ms through the graph (2-core AVX2 CPU). Inside `tf.data`, a `tf.function` or
-        a functional model, Keras calls the layer as usual."""
+        """Called eagerly on texts (a list, an array or a string tensor), the layer runs as one
+        graph, traced on the first such call, rather than op by op. Inside `tf.data`, a
+        `tf.function` or a functional model, Keras calls the layer as usual."""
         if args or kwargs or _symbolic(x):
             return super().__call__(x, *args, **kwargs)
         if not self.traced_when_eager or not tf.executing_eagerly():

@@ -24,8 +24,8 @@ SERVING_OPS = os.path.join(os.path.dirname(__file__), "serving_ops.txt")
 
 # How a task model's export is saved. It serves and is never differentiated, so the gradients of
 # the custom-gradient ops its functions run (the packing's, attention's transposes) are not
-# saved: `tf.saved_model.save` traced a gradient function for each, 7 of the 14 s the quick
-# start's export took to save. The TF Hub layout's encoder (exports/hub_layout.py), which a
+# saved: `tf.saved_model.save` would trace a gradient function for each, half of an export's
+# time. The TF Hub layout's encoder (exports/hub_layout.py), which a
 # user may fine-tune, keeps them (tf.saved_model.SaveOptions()).
 SERVING_ONLY = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
 

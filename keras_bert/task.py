@@ -181,10 +181,8 @@ class BertTask(Trainable, ServableModel):
 
     def preprocessed(self, dataset):
         """`dataset`'s batches of raw data through `preprocess_batch`, as one graph traced once
-        for the model's life (the one `train_on_batch` runs): tracing the tokenizer and packer
-        takes about 0.15 s, which a plain function would cost every call of fit and evaluate
-        (a question answerer's make_dataset, which cuts windows too, took 1.6 to 2.0 s on
-        MiniLM while it traced its own; benchmarks/RESULTS.md)."""
+        for the model's life (the one `train_on_batch` runs), where a plain function would be
+        traced again on every call of fit and evaluate."""
         preprocess = self.traced(self._preprocess_element)
         # Traced here first, so that a mistake found while tracing (a pair's texts as (x, y),
         # labels of the wrong kind) is raised as its one line: inside `map`, autograph wraps
@@ -285,8 +283,7 @@ class BertTask(Trainable, ServableModel):
 
         Keras does this itself only for a model made under a tf.distribute strategy; otherwise
         the first trace of the step creates them, and tf.function then traces the step a
-        second time, free of variable creation. On MiniLM that second trace cost 15 s of a
-        43 s first `fit` call (2 AVX2 cores). `_symbolic_build` is the method Keras's own
+        second time, free of variable creation. `_symbolic_build` is the method Keras's own
         strategy path calls (keras_bert.distribute patches the same internals).
 
         Under a strategy of several replicas, Keras's build from the first batch fails when the
@@ -389,8 +386,7 @@ class BertTask(Trainable, ServableModel):
     def make_predict_function(self, force=False):
         """Keras's predict function, traced once for any batch size (`batching.AnyBatchSize`): Keras
         calls it with each batch's tensors, so that a `predict` whose last batch is smaller
-        traced the model twice. On the quick start's MiniLM (872 sentences in batches of 64)
-        the first `predict` took 13.2 to 13.6 s, the next ones 7.3 to 7.7 s."""
+        traced the model twice."""
         # Its step preprocesses raw strings: made again once the preprocessor's settings change.
         settings, made_for = self._graph_settings(), self.__dict__.get("_predict_settings")
         if (self.predict_function is not None and not force

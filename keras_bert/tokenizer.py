@@ -52,12 +52,9 @@ class BertTokenizer(keras.layers.Layer):
     gives a dense (tokens,), texts of shape (a, b) a ragged (a, b, (tokens)).
     """
 
-    # Where a traced call splits its batch in two. SST-2 dev sentences through a traced
-    # preprocessor on a 2-core CPU, against the whole batch: 32 1.04x to 1.14x faster (five
-    # runs), 128 1.64x to 1.67x; below SPLIT_FROM the size check costs 8 about 5% and 1 about
-    # 3% (split without the check: 1 13% slower). A single `tf.cond` on the printable check
-    # before the split made 32 1.4x slower than no split; so each half is checked and cleaned
-    # on its own.
+    # Where a traced call splits its batch in two halves, which the inter-op threads tokenize
+    # side by side (docs/performance.md). Each half is checked and cleaned on its own: one
+    # `tf.cond` on the printable check before the split cost more than the split gained.
     SPLIT_FROM = 16
 
     def __init__(self, vocabulary=None, do_lower_case=True, **kwargs):
@@ -142,8 +139,7 @@ class BertTokenizer(keras.layers.Layer):
 
     def __call__(self, inputs, *args, **kwargs):
         """Called eagerly, the tokenizer skips Keras's `Layer.__call__`, which walks a list of
-        texts string by string: SST-2 dev sentences as a Python list, all 872 in one call, 19k
-        to 22k a second through it, 68k to 71k given as one tensor (benchmarks/RESULTS.md)."""
+        texts string by string."""
         symbolic = isinstance(inputs, keras.KerasTensor)  # building a functional graph
         if not symbolic:  # else Keras's __call__ would wrap the one line in a listing
             self.require_vocabulary()
@@ -174,10 +170,8 @@ class BertTokenizer(keras.layers.Layer):
 
     def _eager_ids(self, texts):
         """`call` on a batch of texts from Python: through a graph traced on the first such
-        call (again after `set_vocabulary`), rather than op by op. SST-2 dev sentences, the
-        graph against op by op: batch 1 1.10x to 1.76x, 32 1.32x to 1.36x, all 872 in one
-        call 1.09x to 2.05x (benchmarks/RESULTS.md). The graph returns the ragged result's
-        parts, which are known to be valid: no checks to run on them again."""
+        call (again after `set_vocabulary`), rather than op by op. The graph returns the ragged
+        result's parts, which are known to be valid: no checks to run on them again."""
         settings = self.graph_settings()
         cache = self.__dict__.setdefault("_eager_graph", [])  # where tf.saved_model looks not
         if not (cache and same_graph_settings(cache[0], settings)):
@@ -282,10 +276,9 @@ def same_graph_settings(old, new):
 def call_traced(graph, inputs):
     """Runs a traced `tf.function` (a ConcreteFunction) on its flat list of input tensors and
     returns its structured output: the traced function itself, without the binding of its
-    inputs to their signature that `ConcreteFunction.__call__` does first. Calls on batches of
-    1 to 128 SST-2 sentences ran 1.08x to 1.29x as fast this way (benchmarks/RESULTS.md). For
-    the string-to-ids graphs of the tokenizer and the preprocessors only: it records nothing on
-    a gradient tape."""
+    inputs to their signature that `ConcreteFunction.__call__` does first. For the
+    string-to-ids graphs of the tokenizer and the preprocessors only: it records nothing on a
+    gradient tape."""
     return graph.inference_fn.call_preflattened(list(inputs) + list(graph.captured_inputs))
 
 
@@ -374,9 +367,8 @@ class BertPacker(keras.layers.Layer):
 
     def _pack_one(self, segment):
         """`_pack` for a single segment, in fewer ops: the tokens padded (and truncated) by
-        `to_tensor`, a [CLS] column before them, and [SEP] written after each row's last token
-        (a batch of 32 SST-2 sentences packs 1.07x faster, in a tf.function of its own, than
-        through `_pack`'s index arithmetic; the same ids)."""
+        `to_tensor`, a [CLS] column before them, and [SEP] written after each row's last token:
+        the same ids as `_pack`'s index arithmetic, in fewer ops."""
         lengths = tf.minimum(tf.cast(segment.row_lengths(), tf.int64), self.sequence_length - 2)
         if self.pad_to_sequence_length:
             width = tf.constant(self.sequence_length - 2, tf.int64)

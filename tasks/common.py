@@ -68,7 +68,7 @@ flags.DEFINE_enum(
     ["none", "bfloat16", "float16", "auto"],
     "Mixed precision policy (float16 uses dynamic loss scaling). bfloat16 trains faster only "
     "where the devices' bfloat16 products outrun their float32 ones (CPUs with AMX or AMD's "
-    "AVX512-BF16, not Intel's AVX512-BF16 without AMX nor AVX2 alone: README, Speed; GPUs "
+    "AVX512-BF16, not Intel's AVX512-BF16 without AMX nor AVX2 alone: docs/performance.md; GPUs "
     "from A100 on; TPUs). auto: bfloat16 there, none elsewhere; the run records and logs "
     "which, and why.",
 )
@@ -76,7 +76,7 @@ flags.DEFINE_bool("jit_compile", None, "Compile each training and evaluation ste
                   "encoder then computes on static shapes (each batch padded to one of four "
                   "lengths up to --max_seq_length, each compiled once) instead of on the real "
                   "tokens packed. Default: on for TPUs (a TPU runs compiled steps only) and for "
-                  "one GPU, off on CPUs, where the packed steps are faster (README, Speed). "
+                  "one GPU, off on CPUs, where the packed steps are faster (docs/performance.md). "
                   "Refused over several replicas of one machine (XLA cannot place one step "
                   "over several devices).")
 flags.DEFINE_integer("steps_per_execution", 1, "Training steps run by one call into the "

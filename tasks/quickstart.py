@@ -9,7 +9,7 @@ does (keras_bert.tf_serving: the graph in a session, the weights restored by the
 restore op) and classifies a few sentences with it. Every flag
 of tasks.glue applies; --help lists them. It trains in bfloat16 where the devices' bfloat16
 products are the faster ones, in float32 elsewhere (--mixed_precision=auto, its default: the log
-says which and why; README, Speed).
+says which and why).
 """
 
 import os
