@@ -92,7 +92,7 @@ def onednn_enabled():
 def checked_column_parts(config):
     """--column_parts, checked as an export checks its own (the parts must share `config`'s heads
     and sizes); a usage error naming the flag where they cannot."""
-    from keras_bert.column_parts import check_column_parts
+    from keras_bert.model.column_parts import check_column_parts
 
     count = flags.FLAGS.column_parts
     try:
@@ -104,10 +104,10 @@ def checked_column_parts(config):
 
 
 def tf_serving_module():
-    """keras_bert/tf_serving.py, loaded by its path: importing the package would import Keras."""
+    """keras_bert/serving/tf_serving.py, loaded by its path: importing the package would import Keras."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(__file__), "..", "keras_bert", "tf_serving.py")
+    path = os.path.join(os.path.dirname(__file__), "..", "keras_bert", "serving", "tf_serving.py")
     spec = importlib.util.spec_from_file_location("tf_serving", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

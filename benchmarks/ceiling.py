@@ -119,7 +119,7 @@ def _as_variable(tensor, variables):
 
 def _products_in_order(config, batch, seq, dtype, rng, variables, parts, classifier):
     """matmul_ceiling(..., in_order=True, column_parts=parts, classifier=classifier)."""
-    from keras_bert.column_parts import check_column_parts
+    from keras_bert.model.column_parts import check_column_parts
 
     tokens, hidden, inner = batch * seq, config.hidden_size, config.intermediate_size
     heads, head_size = config.num_attention_heads, hidden // config.num_attention_heads

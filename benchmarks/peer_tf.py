@@ -8,9 +8,15 @@ import os
 import sys
 
 from benchmarks import onednn_enabled, peer_worker, random_token_ids, tf_serving_module
-from benchmarks.peer_worker import (FINETUNE_STEPS_PER_STEP_FLAG, PRODUCTS_CALLS,
-                                     SERVING_SENTENCES, checkpoint_folder,
-                                     encoder_products, products_widths, sst2)
+from benchmarks.peer_worker import (
+    FINETUNE_STEPS_PER_STEP_FLAG,
+    PRODUCTS_CALLS,
+    SERVING_SENTENCES,
+    checkpoint_folder,
+    encoder_products,
+    products_widths,
+    sst2,
+)
 
 CHANNEL = peer_worker.protocol_channel()
 

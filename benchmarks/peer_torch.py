@@ -6,9 +6,15 @@ import contextlib
 import os
 
 from benchmarks import peer_worker
-from benchmarks.peer_worker import (FINETUNE_STEPS_PER_STEP_FLAG, PRODUCTS_CALLS,
-                                     SERVING_SENTENCES, checkpoint_folder,
-                                     encoder_products, products_widths, sst2)
+from benchmarks.peer_worker import (
+    FINETUNE_STEPS_PER_STEP_FLAG,
+    PRODUCTS_CALLS,
+    SERVING_SENTENCES,
+    checkpoint_folder,
+    encoder_products,
+    products_widths,
+    sst2,
+)
 
 CHANNEL = peer_worker.protocol_channel()
 
@@ -16,7 +22,6 @@ import numpy as np  # noqa: E402  (after the channel: nothing may print to the r
 import tokenizers  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-
 
 INFO = {}  # what the jobs' set-up learnt, reported with the versions
 

@@ -48,7 +48,6 @@ import sys
 import tempfile
 
 import numpy as np
-
 from absl import app, flags, logging
 
 import benchmarks

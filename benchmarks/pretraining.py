@@ -9,7 +9,7 @@
    mixed_bfloat16, alternating rounds; `--model=small`: the tests' small pretrainer instead.
    `--against_keras`: each also with Keras's SparseCategoricalCrossentropy and
    SparseCategoricalAccuracy as its masked-LM loss and accuracy, in place of keras_bert's
-   (keras_bert/losses.py, keras_bert/metrics.py), and the ratio.
+   (keras_bert/training/losses.py, keras_bert/training/metrics.py), and the ratio.
 """
 
 import glob
@@ -25,8 +25,9 @@ from absl import app, flags
 import benchmarks
 import keras_bert  # noqa: F401  (selects the TensorFlow backend)
 from benchmarks import time_alternating
-from keras_bert import BertConfig, BertEncoder, BertPretrainer, pretraining
-from keras_bert.tokenizer import BertTokenizer
+from keras_bert import BertConfig, BertEncoder, BertPretrainer
+from keras_bert.text.tokenizer import BertTokenizer
+from keras_bert.training import pretraining
 from tasks import create_pretraining_data, default_checkpoint, pretraining_text
 
 FLAGS = flags.FLAGS
@@ -39,7 +40,7 @@ flags.DEFINE_enum("model", "base", ["base", "small"], "The pretrainer trained: B
                   "a sequence, as tests/test_pretrain_task.py trains it.")  # fmt: skip
 flags.DEFINE_bool("against_keras", False, "Also train with Keras's SparseCategoricalCrossentropy "
                   "and SparseCategoricalAccuracy as the masked-LM loss and accuracy, keras_bert's "
-                  "own (keras_bert/losses.py, metrics.py) replaced, and report the ratio of their "
+                  "own (keras_bert/training/losses.py, metrics.py) replaced, and report the ratio of their "
                   "steps/s.")  # fmt: skip
 flags.DEFINE_bool("creation", True, "Time instance creation (needs --text).")
 

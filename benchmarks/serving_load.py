@@ -4,7 +4,7 @@
         [--processes 3]
 
 Loads each export in fresh processes, alternating between the exports (the machine is shared
-and noisy), with keras_bert/tf_serving.py's LoadedLikeTfServing (one graph in a session,
+and noisy), with keras_bert/serving/tf_serving.py's LoadedLikeTfServing (one graph in a session,
 TensorFlow and tensorflow-text only, as TF Serving runs it), and sends it one request: a short
 sentence in every string input. Reports, per export, medians over its processes of the seconds
 to load, the seconds to the first answer (the graph optimiser runs then) and the resident memory

@@ -18,10 +18,10 @@ import keras
 from absl import app, flags, logging
 
 import keras_bert  # noqa: F401  (registers the task models before loading one)
-from keras_bert import textfiles
-from keras_bert.column_parts import check_column_parts
-from keras_bert.servable import PRECISIONS
 from exports import hub_layout
+from keras_bert.model.column_parts import check_column_parts
+from keras_bert.serving.servable import PRECISIONS
+from keras_bert.text import textfiles
 from tasks import run_main
 
 FLAGS = flags.FLAGS

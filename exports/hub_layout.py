@@ -16,8 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_bert import serving
-from keras_bert.encoder import INPUT_NAMES
-from keras_bert.tokenizer import BertPacker
+from keras_bert.model.encoder import INPUT_NAMES
+from keras_bert.text.packer import BertPacker
 
 
 class Preprocessor(tf.Module):

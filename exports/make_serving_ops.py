@@ -1,4 +1,4 @@
-"""Regenerates keras_bert/serving_ops.txt: the ops TF Serving 2.12 can run.
+"""Regenerates keras_bert/serving/serving_ops.txt: the ops TF Serving 2.12 can run.
 
 TF Serving 2.12 is built on TensorFlow 2.12 and bundles tensorflow-text 2.12.1, so the list is
 the core ops of TensorFlow 2.12 plus the ops tensorflow-text 2.12.1 registers. Neither runs here,
@@ -18,7 +18,7 @@ import re
 import sys
 import zipfile
 
-OUTPUT = "keras_bert/serving_ops.txt"
+OUTPUT = "keras_bert/serving/serving_ops.txt"
 
 
 def core_ops(wheel):

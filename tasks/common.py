@@ -11,8 +11,8 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert import distribute
-from keras_bert.batching import without_autotuning
+from keras_bert.training import distribute
+from keras_bert.training.batching import without_autotuning
 from tasks import check_at_least_one, check_seed, default_checkpoint
 
 FLAGS = flags.FLAGS

@@ -30,9 +30,10 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert import pretraining, textfiles
-from keras_bert.tokenizer import BertTokenizer
-from keras_bert.vocabulary import check_lower_casing
+from keras_bert.text import textfiles
+from keras_bert.text.tokenizer import BertTokenizer
+from keras_bert.text.vocabulary import check_lower_casing
+from keras_bert.training import pretraining
 from tasks import check_at_least_one, check_seed, pretraining_text, run_main
 
 FLAGS = flags.FLAGS

@@ -7,7 +7,7 @@ import os
 from absl import app, flags, logging
 
 from keras_bert import checkpoints
-from keras_bert.pretrained import check_sequence_length
+from keras_bert.models.pretrained import check_sequence_length
 from tasks import check_at_least_one, common, runs, trainer
 
 FLAGS = flags.FLAGS

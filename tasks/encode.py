@@ -13,7 +13,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertPreprocessor, BertTokenizer, checkpoints, load_checkpoint
-from keras_bert.pretrained import check_sequence_length
+from keras_bert.models.pretrained import check_sequence_length
 from tasks import check_flag_texts, default_checkpoint, run_main
 
 FLAGS = flags.FLAGS

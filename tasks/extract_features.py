@@ -29,8 +29,9 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert import BertPacker, BertPreprocessor, checkpoints, textfiles
-from keras_bert.pretrained import check_sequence_length, load_pretrained
+from keras_bert import BertPacker, BertPreprocessor, checkpoints
+from keras_bert.models.pretrained import check_sequence_length, load_pretrained
+from keras_bert.text import textfiles
 from tasks import check_at_least_one, default_checkpoint, progress, run_main, runs
 
 FLAGS = flags.FLAGS

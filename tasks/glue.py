@@ -19,7 +19,8 @@ import sys
 import numpy as np
 from absl import app, flags, logging
 
-from keras_bert import BertClassifier, textfiles
+from keras_bert import BertClassifier
+from keras_bert.text import textfiles
 from tasks import common, driver, glue_metrics, run_main, runs, trainer
 
 FLAGS = flags.FLAGS

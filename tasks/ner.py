@@ -24,7 +24,8 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert import BertTokenClassifier, textfiles
+from keras_bert import BertTokenClassifier
+from keras_bert.text import textfiles
 from tasks import common, driver, run_main, runs, trainer
 
 FLAGS = flags.FLAGS

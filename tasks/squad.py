@@ -7,7 +7,7 @@ Flags keep the names of the original run_squad.py. With --do_eval (the default) 
 writes predictions.json, nbest_predictions.json and, with --version_2_with_negative,
 null_odds.json for --predict_file; when that file has gold answers, also its scores (after each
 epoch with --do_eval: metrics.json, TensorBoard logs/dev). Windows, answer positions and the
-n-best search are the in-graph ones of keras_bert/spans.py, shared with the export.
+n-best search are the in-graph ones of keras_bert/models/spans.py, shared with the export.
 
 Bad input: a training answer whose answer_start does not point at its text is skipped with a
 warning (the count is logged); training questions with an empty passage or an empty question
@@ -26,9 +26,17 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from keras_bert import BertQuestionAnswerer
-from keras_bert.batching import without_autotuning
-from tasks import (check_at_least_one, common, driver, run_main, runs, squad_data,
-                   squad_metrics, trainer)
+from keras_bert.training.batching import without_autotuning
+from tasks import (
+    check_at_least_one,
+    common,
+    driver,
+    run_main,
+    runs,
+    squad_data,
+    squad_metrics,
+    trainer,
+)
 
 FLAGS = flags.FLAGS
 # allow_override: tasks.swag and tasks.ner use the same name (tests import them together).

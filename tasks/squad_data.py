@@ -7,7 +7,7 @@ import json
 import numpy as np
 from absl import logging
 
-from keras_bert import textfiles
+from keras_bert.text import textfiles
 from tasks import common
 
 

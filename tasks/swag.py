@@ -17,7 +17,8 @@ import os
 import numpy as np
 from absl import app, flags, logging
 
-from keras_bert import BertMultipleChoice, textfiles
+from keras_bert import BertMultipleChoice
+from keras_bert.text import textfiles
 from tasks import common, driver, run_main, runs, trainer
 
 FLAGS = flags.FLAGS

@@ -20,8 +20,9 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 import tasks
-from keras_bert import distribute, textfiles
-from keras_bert.servable import PRECISIONS
+from keras_bert.serving.servable import PRECISIONS
+from keras_bert.text import textfiles
+from keras_bert.training import distribute
 from tasks import common, progress, runs  # noqa: F401  (common defines the flags read here)
 
 FLAGS = flags.FLAGS

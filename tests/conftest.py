@@ -6,14 +6,13 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-
-import keras_bert  # noqa: E402  (selects the TensorFlow backend before keras loads)
-import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_bert import packing  # noqa: E402
+import keras_bert  # noqa: E402  (selects the TensorFlow backend before keras loads)
+from keras_bert.model import packing  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data")
@@ -194,7 +193,7 @@ def served_in_clean_process(export_path, body, stdin=""):
     """Runs `body` in a process that imports only tensorflow and tensorflow_text, with `f` the
     export's serving_default and `sys.argv[1]` its path; returns the JSON its last line prints.
 
-    `f` runs each call twice: as TF Serving runs the export (keras_bert/tf_serving.py, loaded
+    `f` runs each call twice: as TF Serving runs the export (keras_bert/serving/tf_serving.py, loaded
     by its path) and through `tf.saved_model.load`; it asserts the two answer the same and
     returns the latter's tensors."""
     script = (
@@ -216,7 +215,7 @@ def served_in_clean_process(export_path, body, stdin=""):
         "            np.testing.assert_array_equal(served[k], v.numpy())\n"
         "    return out\n" + body
     )
-    module = os.path.join(os.path.dirname(keras_bert.__file__), "tf_serving.py")
+    module = os.path.join(os.path.dirname(keras_bert.__file__), "serving", "tf_serving.py")
     result = subprocess.run([sys.executable, "-c", script, export_path, module], input=stdin,
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]

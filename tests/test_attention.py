@@ -1,9 +1,8 @@
 import numpy as np
 import tensorflow as tf
-
-from keras_bert import attention, layers, packing
-
 from conftest import on_tokens
+
+from keras_bert.model import attention, layers, packing
 
 
 def attention_layer(**kwargs):

@@ -1,5 +1,5 @@
 """Raw data in memory through a task model's Keras entry points beyond fit, evaluate and
-predict (keras_bert/batching.py and BertTask): validation_split, train_on_batch and
+predict (keras_bert/training/batching.py and BertTask): validation_split, train_on_batch and
 test_on_batch, labels of either rank, and data that is no tensor."""
 
 import keras
@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import keras_bert
-from keras_bert import batching
+from keras_bert.training import batching
 
 SENTENCES = ["a gripping , moving film", "dull and far too long", "a delight", "tedious mess",
              "the cat sat on the mat", "what a waste of an evening"]  # fmt: skip

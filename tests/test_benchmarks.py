@@ -11,10 +11,9 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import DATA, ROOT, run_forked
 
 from benchmarks.peer_results import compare, summary
-
-from conftest import DATA, ROOT, run_forked
 
 
 def rate(side, per_s):

@@ -4,13 +4,12 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import TINY, TINY_VOCAB, random_inputs, write_vocab
 from safetensors.numpy import load_file, save_file
 
 from keras_bert import BertEncoder, checkpoints
-from keras_bert.heads import MaskedLMHead, NextSentenceHead
-from keras_bert.tokenizer import BertTokenizer
-
-from conftest import TINY, TINY_VOCAB, random_inputs, write_vocab
+from keras_bert.model.heads import MaskedLMHead, NextSentenceHead
+from keras_bert.text.tokenizer import BertTokenizer
 
 TINY_GOOGLE_CONFIG = {**TINY, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
                       "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02}  # fmt: skip

@@ -14,7 +14,6 @@ import time
 import keras
 import numpy as np
 import pytest
-
 from conftest import DATA, ROOT, run_binary
 
 
@@ -66,7 +65,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras_bert
-from keras_bert import batching
+from keras_bert.training import batching
 strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
 
 def device_autotuning():
@@ -225,7 +224,7 @@ def cpu_info(tmp_path, vendor, flags):
     ("GenuineIntel", "fpu sse2 avx avx2", False),
 ])  # fmt: skip
 def test_bfloat16_counts_as_fast_only_on_cpus_measured_faster(tmp_path, vendor, flags, fast):
-    from keras_bert import distribute
+    from keras_bert.training import distribute
 
     answer, why = distribute.cpu_bfloat16_is_fast(cpu_info(tmp_path, vendor, flags))
     assert answer is fast and why.startswith("the CPU ")

@@ -6,10 +6,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import ROOT, TINY, random_inputs
 
 from keras_bert import BertConfig, BertEncoder
-
-from conftest import ROOT, TINY, random_inputs
 
 
 def test_outputs_follow_the_tf_hub_interface(tiny_encoder):

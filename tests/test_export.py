@@ -12,7 +12,7 @@ from conftest import DATA, served_in_clean_process
 
 from exports import export, hub_layout
 from keras_bert import serving
-from keras_bert.tf_serving import LoadedLikeTfServing
+from keras_bert.serving.tf_serving import LoadedLikeTfServing
 from tasks import glue, swag, trainer
 
 
@@ -93,7 +93,7 @@ def test_exports_track_the_variables_their_functions_read(tmp_path):
 
 
 def test_tf_serving_script_answers_a_request_in_a_tensorflow_only_process(sst2_run, tmp_path):
-    """keras_bert/tf_serving.py as a script: what README's check in TF Serving 2.12's runtime
+    """keras_bert/serving/tf_serving.py as a script: what README's check in TF Serving 2.12's runtime
     runs (there with TensorFlow 2.12.1 and tensorflow-text 2.12.1)."""
     path = export.export_run(sst2_run, str(tmp_path), "sst2")
     script = os.path.join(os.path.dirname(serving.__file__), "tf_serving.py")

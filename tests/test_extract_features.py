@@ -10,7 +10,7 @@ import tensorflow as tf
 from conftest import run_binary
 
 from keras_bert import BertPreprocessor
-from keras_bert.pretrained import load_pretrained
+from keras_bert.models.pretrained import load_pretrained
 
 TEXTS = ["The cat sat on the mat.", "A man is playing a guitar. ||| Someone plays an instrument.",
          "Short", "Zürich's café, 1999!", "two ||| parts", "the dog barked at the mailman"]  # fmt: skip

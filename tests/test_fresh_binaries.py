@@ -7,7 +7,6 @@ import json
 import os
 
 import pytest
-
 from conftest import DATA, run_binary
 
 pytestmark = pytest.mark.slow

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from absl import app
+from conftest import DATA
 
 import keras_bert
 from tasks import common, glue, glue_metrics, trainer
-
-from conftest import DATA
 
 GLUE = os.path.join(DATA, "glue")
 
@@ -144,7 +143,7 @@ def test_unknown_task_is_refused():
 
 
 def test_the_binaries_datasets_run_without_tf_data_autotuning(flags_parsed):
-    """See keras_bert.batching.without_autotuning: its thread's sleep delays the end of every
+    """See keras_bert.training.batching.without_autotuning: its thread's sleep delays the end of every
     epoch's iterator. Training batches (bucketed or not) and prediction batches, pairs too."""
     split = glue.read_tsv(os.path.join(GLUE, "MRPC", "dev.tsv"), glue.get_task("MRPC"), True)
     for bucket in [False, True]:
@@ -324,7 +323,7 @@ def test_auto_precision_is_resolved_recorded_and_kept_on_resume(tmp_path, tiny_c
     the same run met again where auto means float32 is refused, not silently mixed."""
     from absl import app
 
-    from keras_bert import distribute
+    from keras_bert.training import distribute
 
     amx = tmp_path / "amx"
     amx.write_text("vendor_id\t: GenuineIntel\nflags\t\t: avx2 avx512_bf16 amx_bf16 amx_tile\n")

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_bert.heads import (
+from keras_bert.model.heads import (
     ClassifierHead,
     FoldChoices,
     MaskedLMHead,

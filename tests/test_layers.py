@@ -9,11 +9,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from keras_bert import BertEncoder, attention, layers, packing
-
 from conftest import ROOT, on_tokens, random_inputs
 
+from keras_bert import BertEncoder
+from keras_bert.model import attention, layers, packing
 
 # Which ops the optimised graph of a 3-block encoder ran, as JSON (null: TensorFlow has no oneDNN).
 _FUSED_OPS = """

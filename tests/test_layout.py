@@ -22,8 +22,10 @@ def _imports(path):
             # `from keras_bert import checkpoints` imports a module; `... import BertEncoder`
             # a name of the package: count the module when one exists by that name.
             names = [node.module]
+            folder = ROOT / node.module.replace(".", "/")
             names += [f"{node.module}.{alias.name}" for alias in node.names
-                      if (ROOT / node.module.replace(".", "/") / f"{alias.name}.py").exists()]  # fmt: skip
+                      if (folder / f"{alias.name}.py").exists()
+                      or (folder / alias.name / "__init__.py").exists()]  # fmt: skip
         else:
             continue
         found.update(name for name in names if name.split(".")[0] in PACKAGES)
@@ -33,8 +35,9 @@ def _imports(path):
 def _graph():
     graph = {}
     for package in PACKAGES:
-        for path in sorted((ROOT / package).glob("*.py")):
-            module = f"{package}.{path.stem}" if path.stem != "__init__" else package
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             graph[module] = _imports(path) - {module}
     return graph
 
@@ -86,5 +89,5 @@ def test_imports_flow_one_way(package, forbidden):
 def test_the_library_imports_its_own_modules():
     # Guards the two tests above against a parser that finds nothing.
     graph = _graph()
-    assert "keras_bert.encoder" in graph["keras_bert.checkpoints"]
-    assert "keras_bert.tokenizer" in graph["keras_bert.preprocessing"]
+    assert "keras_bert.model.encoder" in graph["keras_bert.checkpoints"]
+    assert "keras_bert.text.tokenizer" in graph["keras_bert.text.preprocessing"]

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_bert import losses
+from keras_bert.training import losses
 
 
 def _values_and_gradients(loss_fn, labels, logits, upstream):

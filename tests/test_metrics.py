@@ -1,7 +1,7 @@
 import keras
 import numpy as np
 
-from keras_bert import metrics
+from keras_bert.training import metrics
 
 
 def test_the_accuracy_is_keras_own_with_ties_and_weights():

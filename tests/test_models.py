@@ -16,7 +16,7 @@ import tensorflow as tf
 from conftest import graph_float_bytes, served_in_clean_process
 
 import keras_bert
-from keras_bert import packing
+from keras_bert.model import packing
 
 SENTENCES = ["a gripping , moving film", "dull and far too long", "a delight", "tedious mess"]
 LABELS = [1, 0, 1, 0]
@@ -101,8 +101,8 @@ def test_preprocessors_called_from_python_run_one_traced_graph(tiny_checkpoint, 
                                                                 tmp_path):  # fmt: skip
     from tensorflow.python.saved_model import loader_impl
 
-    from keras_bert.spans import SpanWindows
-    from keras_bert.tagging import WordTagger
+    from keras_bert.models.spans import SpanWindows
+    from keras_bert.models.tagging import WordTagger
 
     tokenizer = keras_bert.BertTokenizer.from_checkpoint(tiny_checkpoint)
     pairs = [SENTENCES[:3], SENTENCES[1:]]
@@ -186,7 +186,7 @@ def test_preprocessing_graphs_follow_a_new_vocabulary_and_sequence_length(tiny_c
 
 
 def test_untruncated_lengths_are_what_the_packer_packs_without_truncation(tiny_checkpoint):
-    from keras_bert.tagging import WordTagger
+    from keras_bert.models.tagging import WordTagger
 
     tokenizer = keras_bert.BertTokenizer.from_checkpoint(tiny_checkpoint)
     long = " ".join(SENTENCES)  # 15 word pieces

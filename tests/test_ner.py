@@ -9,9 +9,9 @@ import tensorflow as tf
 from conftest import DATA, run_with_flags, served_in_clean_process
 
 from exports import export
-from keras_bert.tokenizer import BertTokenizer
+from keras_bert.models.tagging import IGNORE, WordTagger
+from keras_bert.text.tokenizer import BertTokenizer
 from tasks import ner
-from keras_bert.tagging import IGNORE, WordTagger
 
 CONLL = os.path.join(DATA, "conll")
 TAGS = ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]

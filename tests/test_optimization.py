@@ -2,12 +2,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import TINY
 
 import keras_bert
-from keras_bert import BertEncoder, optimization
-from keras_bert.optimization import WarmupLinearDecay, create_optimizer
-
-from conftest import TINY
+from keras_bert import BertEncoder
+from keras_bert.training import optimization
+from keras_bert.training.optimization import WarmupLinearDecay, create_optimizer
 
 
 def test_warmup_then_linear_decay():
@@ -93,7 +93,7 @@ def test_fused_adamw_steps_match_keras_adamw():
     too small to show where each adds it: see the next test)."""
     import tensorflow as tf
 
-    from keras_bert.optimization import AdamW
+    from keras_bert.training.optimization import AdamW
 
     rng = np.random.default_rng(0)
     start = [rng.normal(size=(5, 3)).astype("float32"), rng.normal(size=3).astype("float32")]
@@ -136,7 +136,7 @@ def test_adamw_adds_epsilon_where_the_reference_does():
     epsilon added after the bias correction. Keras's Adam (and TensorFlow's kernel) add it
     before, a far larger epsilon in the first steps: with gradients of 1e-6 and epsilon 1e-6
     its first step was a thirtieth of the reference's."""
-    from keras_bert.optimization import AdamW
+    from keras_bert.training.optimization import AdamW
 
     rng = np.random.default_rng(0)
     start = rng.normal(size=(4, 3)).astype("float32")

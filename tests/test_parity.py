@@ -4,17 +4,16 @@ The golden values come from tests/golden/make_golden.py (Hugging Face transforme
 """
 
 import os
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from keras_bert import load_checkpoint
-from keras_bert.tokenizer import BertPacker, BertTokenizer
-
 from conftest import DATA
 
-import sys
+from keras_bert import load_checkpoint
+from keras_bert.text.packer import BertPacker
+from keras_bert.text.tokenizer import BertTokenizer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "golden"))
 from inputs import PAIR, SENTENCES  # noqa: E402  (the golden script's inputs)

@@ -10,14 +10,13 @@ import time
 
 import numpy as np
 import pytest
+from conftest import DATA, ROOT, run_binary
 from safetensors.numpy import load_file
+from test_distribute import free_ports
 
 from keras_bert import BertTokenizer, checkpoints
-from keras_bert.vocabulary import SPECIAL_TOKENS
+from keras_bert.text.vocabulary import SPECIAL_TOKENS
 from tasks import pretrain, pretraining_text
-
-from conftest import DATA, ROOT, run_binary
-from test_distribute import free_ports
 
 CONFIG = {"vocab_size": 30522, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
           "intermediate_size": 128, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
@@ -112,7 +111,7 @@ def test_small_model_learns_and_its_checkpoints_load(tmp_path, pretraining_data)
 
 
 def test_training_batches_run_without_tf_data_autotuning(pretraining_data, flags_parsed):
-    """See keras_bert.batching.without_autotuning: with the autotuning thread, destroying the
+    """See keras_bert.training.batching.without_autotuning: with the autotuning thread, destroying the
     iterator at the end of each fit call waited out its sleep, 40 to 55 s on 2 AVX2 cores."""
     files = pretraining_text.input_files(str(pretraining_data / "data-*"))
     flags_parsed.train_batch_size = 4

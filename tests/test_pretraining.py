@@ -6,10 +6,9 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from keras_bert import pretraining
-
 from conftest import DATA, run_binary
+
+from keras_bert.training import pretraining
 
 PRETRAIN = os.path.join(DATA, "pretrain")
 SPECIAL = pretraining.SpecialIds(cls=2, sep=3, mask=4, vocab_size=1000,

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_bert import primitives
+from keras_bert.model import primitives
 
 
 def test_layer_norm_matches_keras_in_values_and_gradients():
@@ -36,7 +36,8 @@ def test_gelu_forms_differ_and_match_their_formulas():
     x = np.linspace(-4, 4, 81).astype("float32")
     exact = primitives.activation("gelu")(x).numpy()
     tanh = primitives.activation("gelu_new")(x).numpy()
-    from math import erf, erfc, pi, sqrt, tanh as th
+    from math import erf, erfc, pi, sqrt
+    from math import tanh as th
 
     np.testing.assert_allclose(exact, [v * 0.5 * (1 + erf(v / sqrt(2))) for v in x], atol=1e-6)
     # The erf form (exact_gelu) and TensorFlow's erfc form (tf.nn.gelu) are both within two

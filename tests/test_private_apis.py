@@ -8,10 +8,9 @@ import inspect
 
 import keras
 import tensorflow as tf
+from conftest import TINY
 
 import keras_bert  # noqa: F401  (selects the TensorFlow backend)
-
-from conftest import TINY
 
 
 def parameters(function):
@@ -19,7 +18,7 @@ def parameters(function):
 
 
 def test_keras_trainer_internals_of_the_distribution_workarounds():
-    # keras_bert/distribute.py: keras-team/keras issue 20585 and uneven replica batches.
+    # keras_bert/training/distribute.py: keras-team/keras issue 20585 and uneven replica batches.
     from keras.src.backend.tensorflow import trainer
 
     assert parameters(trainer.TensorFlowTrainer._maybe_symbolic_build) == [
@@ -31,14 +30,14 @@ def test_keras_trainer_internals_of_the_distribution_workarounds():
 
 
 def test_tensorflow_device_dataset_function_of_the_autotuning_workaround():
-    # keras_bert/distribute.py: device_datasets_without_autotuning.
+    # keras_bert/training/distribute.py: device_datasets_without_autotuning.
     from tensorflow.python.data.ops import multi_device_iterator_ops
 
     assert callable(multi_device_iterator_ops._create_device_dataset)
 
 
 def test_tensorflow_save_context_of_the_exports_traces():
-    # keras_bert/serving.py: functions traced once, under the context tf.saved_model.save uses.
+    # keras_bert/serving/__init__.py: functions traced once, under the context tf.saved_model.save uses.
     from tensorflow.python.saved_model import save_context
 
     with save_context.save_context(tf.saved_model.SaveOptions()):
@@ -47,7 +46,7 @@ def test_tensorflow_save_context_of_the_exports_traces():
 
 
 def test_keras_adam_slots_and_clipping_of_the_fused_update():
-    # keras_bert/optimization.py: the fused Adam step reads Keras Adam's slots by index, and
+    # keras_bert/training/optimization.py: the fused Adam step reads Keras Adam's slots by index, and
     # the clipping overrides Keras's own.
     optimizer = keras.optimizers.AdamW(1e-3)
     variable = keras.Variable(tf.zeros((3,)))
@@ -68,12 +67,12 @@ def test_keras_layer_internals_of_string_inputs_seeds_and_sublayers():
     assert [type(g).__name__ for g in layer._seed_generators] == ["SeedGenerator"]
     encoder = keras_bert.BertEncoder(**TINY)
     flattened = list(encoder._flatten_layers(include_self=False))
-    assert any(isinstance(sub, keras_bert.layers.BertTransformerBlock) for sub in flattened)
+    assert any(isinstance(sub, keras_bert.model.layers.BertTransformerBlock) for sub in flattened)
     assert len({id(sub) for sub in flattened}) == len(flattened)
 
 
 def test_tensorflow_concrete_function_call_of_the_string_graphs():
-    # keras_bert/tokenizer.py call_traced: the tokenizer's and preprocessors' traced graphs run
+    # keras_bert/text/tokenizer.py call_traced: the tokenizer's and preprocessors' traced graphs run
     # without ConcreteFunction.__call__'s binding of their inputs.
     graph = tf.function(lambda x: x + 1).get_concrete_function(tf.TensorSpec((), tf.int32))
     flat = [tf.constant(1)] + list(graph.captured_inputs)

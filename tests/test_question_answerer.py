@@ -9,8 +9,7 @@ import pytest
 import tensorflow as tf
 
 import keras_bert
-from keras_bert.encoder import INPUT_NAMES
-
+from keras_bert.model.encoder import INPUT_NAMES
 
 PASSAGE = "The Normans gave their name to Normandy, a region in France, in the 10th century."
 QUESTIONS = ["Who gave their name to Normandy?", "Where is Normandy?", "When?"]

@@ -9,9 +9,9 @@ from conftest import DATA, run_with_flags, served_in_clean_process
 
 from exports import export
 from keras_bert import BertQuestionAnswerer
-from keras_bert.tokenizer import BertTokenizer
+from keras_bert.models.spans import SpanWindows
+from keras_bert.text.tokenizer import BertTokenizer
 from tasks import squad, squad_data, squad_metrics
-from keras_bert.spans import SpanWindows
 
 SQUAD = os.path.join(DATA, "squad")
 

@@ -2,12 +2,11 @@ import os
 
 import pytest
 import tensorflow as tf
-
-from tasks import swag
-from keras_bert import BertMultipleChoicePreprocessor
-from keras_bert.tokenizer import BertTokenizer
-
 from conftest import DATA, run_with_flags
+
+from keras_bert import BertMultipleChoicePreprocessor
+from keras_bert.text.tokenizer import BertTokenizer
+from tasks import swag
 
 HEADER = (
     "video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label"

@@ -2,12 +2,11 @@ import unicodedata
 
 import numpy as np
 import tensorflow as tf
-
-from keras_bert import text_cleaning
-from keras_bert.text_cleaning import clean, clean_characters, valid_utf8
-from keras_bert.tokenizer import BertTokenizer
-
 from conftest import TINY_VOCAB
+
+from keras_bert.text import text_cleaning
+from keras_bert.text.text_cleaning import clean, clean_characters, valid_utf8
+from keras_bert.text.tokenizer import BertTokenizer
 
 
 def python_clean(text):

@@ -8,11 +8,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import DATA, TINY_VOCAB, write_vocab
 
 from keras_bert import serving
-from keras_bert.tokenizer import BertPacker, BertTokenizer
-
-from conftest import DATA, TINY_VOCAB, write_vocab
+from keras_bert.text.packer import BertPacker
+from keras_bert.text.tokenizer import BertTokenizer
 
 
 @pytest.fixture(scope="module")

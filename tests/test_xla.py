@@ -13,7 +13,7 @@ import tensorflow as tf
 from conftest import DATA, TINY, random_inputs
 
 import keras_bert
-from keras_bert import task
+from keras_bert.models import task
 
 PASSAGE = "The Normans gave their name to Normandy, a region in France, in the 10th century."
 QUESTIONS = ["Who gave their name to Normandy?", "Where is Normandy?", "When?"]
@@ -132,7 +132,7 @@ def test_batches_for_xla_are_padded_to_a_few_lengths(tiny_checkpoint):
     dataset = model.make_dataset(["John runs", "Mary sat down"], [["B-PER", "O"], ["B-PER", "O", "O"]])
     x, y = next(iter(dataset))
     assert x["input_word_ids"].shape == (2, 8) and y.shape == (2, 8)
-    assert y.numpy()[0, 4:].tolist() == [keras_bert.tagging.IGNORE] * 4
+    assert y.numpy()[0, 4:].tolist() == [keras_bert.models.tagging.IGNORE] * 4
     pretrainer = keras_bert.BertPretrainer.from_checkpoint(tiny_checkpoint, sequence_length=32,
                                                            max_predictions=7)  # fmt: skip
     pretrainer.compile(jit_compile=True)

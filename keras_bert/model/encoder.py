@@ -3,8 +3,8 @@
 
 import keras
 
-from keras_bert import column_parts, layers, packing
-from keras_bert.config import BertConfig
+from keras_bert.model import column_parts, layers, packing
+from keras_bert.model.config import BertConfig
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 
@@ -164,7 +164,7 @@ class BertEncoder(keras.Model):
     @property
     def static_shapes(self):
         """Whether the blocks compute on every position of the batch (True) or on its real
-        tokens packed (False, the default): see keras_bert/packing.py. XLA compiles only the
+        tokens packed (False, the default): see keras_bert/model/packing.py. XLA compiles only the
         static form; task models set it for every step they compile with XLA. Real positions'
         numbers are the same either way; padded ones are 0 in the outputs either way."""
         return self._static_shapes

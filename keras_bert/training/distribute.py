@@ -7,7 +7,7 @@ import socket
 import tensorflow as tf
 from absl import logging
 
-from keras_bert.batching import without_autotuning
+from keras_bert.training.batching import without_autotuning
 
 STRATEGIES = ("cpu", "one_device", "mirrored", "multi_worker", "tpu")
 

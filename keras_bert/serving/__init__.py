@@ -1,6 +1,6 @@
 """SavedModels that TF Serving runs, with the tokenizer and packer inside.
 
-Every export is checked op by op against keras_bert/serving_ops.txt (what TF Serving 2.12 can
+Every export is checked op by op against keras_bert/serving/serving_ops.txt (what TF Serving 2.12 can
 run: core TensorFlow 2.12 plus its bundled tensorflow-text 2.12.1) and written under a
 temporary name, then renamed into `<export_dir>/<model_name>/<version>/`, the layout TF Serving
 watches; it ignores the temporary name.
@@ -15,10 +15,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-from keras_bert import textfiles
-from keras_bert.config import whole_number
-from keras_bert.encoder import INPUT_NAMES
-from keras_bert.tf_serving import LoadedLikeTfServing, error_line
+from keras_bert.model.config import whole_number
+from keras_bert.model.encoder import INPUT_NAMES
+from keras_bert.serving.tf_serving import LoadedLikeTfServing, error_line
+from keras_bert.text import textfiles
 
 SERVING_OPS = os.path.join(os.path.dirname(__file__), "serving_ops.txt")
 

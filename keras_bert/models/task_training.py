@@ -8,9 +8,8 @@ import os
 
 import keras
 
-from keras_bert import batching, distribute, optimization
-from keras_bert.config import whole_number
-
+from keras_bert.model.config import whole_number
+from keras_bert.training import batching, distribute, optimization
 
 # A serving setting (README, "Export and TF Serving"): TensorFlow's oneDNN kernels then keep the
 # first weights each product sees, reordered for speed, and never read the variables again.

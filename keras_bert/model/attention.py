@@ -1,5 +1,5 @@
 """BERT's multi-head self-attention on the real tokens alone, packed into (tokens, hidden)
-(keras_bert/packing.py): only the batched products spread them back to (batch, seq).
+(keras_bert/model/packing.py): only the batched products spread them back to (batch, seq).
 
 Mixed precision: the scores are cast to float32 before the softmax.
 """
@@ -11,9 +11,9 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_bert import column_parts
-from keras_bert.packing import pack, spread_for_attention
-from keras_bert.primitives import BertDropout, initializer
+from keras_bert.model import column_parts
+from keras_bert.model.packing import pack, spread_for_attention
+from keras_bert.model.primitives import BertDropout, initializer
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 

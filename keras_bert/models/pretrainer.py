@@ -17,15 +17,16 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_bert import checkpoints, losses
-from keras_bert.encoder import INPUT_NAMES
-from keras_bert.heads import MaskedLMHead, NextSentenceHead
-from keras_bert.metrics import SparseAccuracyFromLogits
-from keras_bert.preprocessing import BertPreprocessor
-from keras_bert.batching import check_class_ids, class_ids
-from keras_bert.pretrained import check_sequence_length
-from keras_bert.task import BertTask, pad_last_axis
-from keras_bert.tokenizer import BertTokenizer
+from keras_bert import checkpoints
+from keras_bert.model.encoder import INPUT_NAMES
+from keras_bert.model.heads import MaskedLMHead, NextSentenceHead
+from keras_bert.models.pretrained import check_sequence_length
+from keras_bert.models.task import BertTask, pad_last_axis
+from keras_bert.text.preprocessing import BertPreprocessor
+from keras_bert.text.tokenizer import BertTokenizer
+from keras_bert.training import losses
+from keras_bert.training.batching import check_class_ids, class_ids
+from keras_bert.training.metrics import SparseAccuracyFromLogits
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 MASKED_LM_INPUTS = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")

@@ -10,14 +10,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_bert import batching, serving
-from keras_bert.encoder import INPUT_NAMES
-from keras_bert.heads import ClassifierHead, FoldChoices, MultipleChoiceHead
-from keras_bert.preprocessing import BertMultipleChoicePreprocessor, BertPreprocessor
-from keras_bert.batching import check_class_ids, class_ids
-from keras_bert.config import whole_number
-from keras_bert.pretrained import load_pretrained
-from keras_bert.task import BertTask
+from keras_bert import serving
+from keras_bert.model.config import whole_number
+from keras_bert.model.encoder import INPUT_NAMES
+from keras_bert.model.heads import ClassifierHead, FoldChoices, MultipleChoiceHead
+from keras_bert.models.pretrained import load_pretrained
+from keras_bert.models.task import BertTask
+from keras_bert.text.preprocessing import BertMultipleChoicePreprocessor, BertPreprocessor
+from keras_bert.training import batching
+from keras_bert.training.batching import check_class_ids, class_ids
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 

@@ -1,7 +1,7 @@
 """The layers of a BERT encoder: embeddings, transformer block, pooler (self-attention is
-keras_bert/attention.py, the GELU, dropout and LayerNorm they use keras_bert/primitives.py).
+keras_bert/model/attention.py, the GELU, dropout and LayerNorm they use keras_bert/model/primitives.py).
 
-The blocks compute on the real tokens alone, packed into (tokens, hidden) (keras_bert/packing.py);
+The blocks compute on the real tokens alone, packed into (tokens, hidden) (keras_bert/model/packing.py);
 only attention spreads them back to (batch, seq) for its batched products.
 
 Mixed precision: the embedding sum and every LayerNorm run in float32 (their layers carry a
@@ -17,9 +17,9 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_bert import column_parts
-from keras_bert.attention import BertSelfAttention
-from keras_bert.primitives import BertDropout, GeluDense, activation, initializer, layer_norm
+from keras_bert.model import column_parts
+from keras_bert.model.attention import BertSelfAttention
+from keras_bert.model.primitives import BertDropout, GeluDense, activation, initializer, layer_norm
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 

@@ -7,7 +7,7 @@ Three folder layouts are understood:
   keras:        encoder.keras, keras_bert.json, vocab.txt (this project's own)
 A finished fine-tuning run's folder (model.keras: a whole task model, vocabulary inside) is
 recognised too (format "run"): `read_config` reads its encoder's config, and the task models'
-`from_checkpoint` start from it (keras_bert.pretrained.load_pretrained); `load_checkpoint` refuses it.
+`from_checkpoint` start from it (keras_bert.models.pretrained.load_pretrained); `load_checkpoint` refuses it.
 The masked-LM (cls/predictions/...) and next-sentence (cls/seq_relationship/...) heads are read
 when the checkpoint has them, and written when given. Loading is all or nothing: a missing,
 unexpected or misshapen variable is an error that names it.
@@ -26,13 +26,13 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from keras_bert import variable_names
-from keras_bert.config import LAYER_NORM_EPSILON, BertConfig
-from keras_bert.encoder import BertEncoder
-from keras_bert.heads import MaskedLMHead, NextSentenceHead
-from keras_bert.vocabulary import checkpoint_folder as _folder
-from keras_bert.vocabulary import find_vocabulary, read_vocabulary
-from keras_bert.vocabulary import read_json as _read_json
+from keras_bert.checkpoints import variable_names
+from keras_bert.model.config import LAYER_NORM_EPSILON, BertConfig
+from keras_bert.model.encoder import BertEncoder
+from keras_bert.model.heads import MaskedLMHead, NextSentenceHead
+from keras_bert.text.vocabulary import checkpoint_folder as _folder
+from keras_bert.text.vocabulary import find_vocabulary, read_vocabulary
+from keras_bert.text.vocabulary import read_json as _read_json
 
 GOOGLE, HUGGING_FACE, KERAS = "google", "huggingface", "keras"
 FORMATS = (GOOGLE, HUGGING_FACE, KERAS)

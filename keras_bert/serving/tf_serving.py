@@ -6,7 +6,7 @@ its file path. Run as a script, it
 answers one request with an export, in whatever TensorFlow runs it; with TensorFlow 2.12 and
 tensorflow-text 2.12.1, the runtime of TF Serving 2.12 (README, Export and TF Serving):
 
-    python keras_bert/tf_serving.py --export=exported/sst-2/1 --inputs='{"sentence": ["Fine."]}'
+    python keras_bert/serving/tf_serving.py --export=exported/sst-2/1 --inputs='{"sentence": ["Fine."]}'
 
 It prints the outputs as one JSON object; a mistake (no such export, signature or input, inputs
 that are not JSON) is one line, `error: ...`, and exit status 1.

@@ -10,9 +10,9 @@ type, and continues over I-X.
 import keras
 import tensorflow as tf
 
-from keras_bert.encoder import INPUT_NAMES
-from keras_bert.preprocessing import BertPreprocessor
-from keras_bert.text_cleaning import valid_utf8
+from keras_bert.model.encoder import INPUT_NAMES
+from keras_bert.text.preprocessing import BertPreprocessor
+from keras_bert.text.text_cleaning import valid_utf8
 
 WHITESPACE = r"[\t\n\r\p{Zs}]"  # what the tokenizer turns into spaces
 IGNORE = -1  # label of word pieces after the first, of [CLS], [SEP] and padding

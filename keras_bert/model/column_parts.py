@@ -14,7 +14,7 @@ import functools
 import tensorflow as tf
 from keras import ops
 
-from keras_bert.config import whole_number
+from keras_bert.model.config import whole_number
 
 
 class DenseColumns(tf.Module):

@@ -6,8 +6,8 @@ import os
 import keras
 
 from keras_bert import checkpoints
-from keras_bert.task import BertTask
-from keras_bert.tokenizer import BertTokenizer
+from keras_bert.models.task import BertTask
+from keras_bert.text.tokenizer import BertTokenizer
 
 
 def check_sequence_length(sequence_length, config, what="sequence_length"):

@@ -1,6 +1,6 @@
 """Reading and checking a BERT vocabulary (vocab.txt), and finding a checkpoint's.
 
-It imports only keras_bert.textfiles (a leaf), so the tokenizer and the checkpoint readers both
+It imports only keras_bert.text.textfiles (a leaf), so the tokenizer and the checkpoint readers both
 build on it.
 """
 
@@ -8,7 +8,7 @@ import json
 import logging
 import os
 
-from keras_bert.textfiles import read_text
+from keras_bert.text.textfiles import read_text
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

@@ -18,8 +18,8 @@ import keras
 import numpy as np
 
 from keras_bert import serving
-from keras_bert.column_parts import check_column_parts, serving_column_parts
-from keras_bert.encoder import INPUT_NAMES, BertEncoder
+from keras_bert.model.column_parts import check_column_parts, serving_column_parts
+from keras_bert.model.encoder import INPUT_NAMES, BertEncoder
 
 # Compute precisions by name -> the Keras dtype policy that computes in them.
 PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}

@@ -14,10 +14,10 @@ window on ties). Positions are character offsets into the passage, from the toke
 import keras
 import tensorflow as tf
 
-from keras_bert.encoder import INPUT_NAMES
-from keras_bert.preprocessing import BertPreprocessor
-from keras_bert.text_cleaning import valid_utf8
-from keras_bert.tokenizer import same_batch
+from keras_bert.model.encoder import INPUT_NAMES
+from keras_bert.text.packer import same_batch
+from keras_bert.text.preprocessing import BertPreprocessor
+from keras_bert.text.text_cleaning import valid_utf8
 
 NO_POSITION = -1  # character offset of positions off the passage (a Python int: no tensor at import)
 

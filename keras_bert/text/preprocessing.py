@@ -9,7 +9,8 @@ pre-training one runs as one traced graph (`BertPreprocessor.__call__`).
 import keras
 import tensorflow as tf
 
-from keras_bert.tokenizer import BertPacker, call_traced, same_graph_settings
+from keras_bert.text.packer import BertPacker
+from keras_bert.text.tokenizer import call_traced, same_graph_settings
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 

@@ -6,19 +6,20 @@
 
 Words are split at white space; each word's tag is learnt and predicted on its first word piece,
 and the tags (IOB2) are read as entities with character offsets inside the TensorFlow graph
-(keras_bert/tagging.py), the same code in `predict` and an export.
+(keras_bert/models/tagging.py), the same code in `predict` and an export.
 """
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_bert import batching, serving
-from keras_bert.encoder import INPUT_NAMES
-from keras_bert.heads import TokenClassifierHead
-from keras_bert.tagging import IGNORE, WordTagger
-from keras_bert.pretrained import load_pretrained
-from keras_bert.task import BertTask, pad_last_axis
+from keras_bert import serving
+from keras_bert.model.encoder import INPUT_NAMES
+from keras_bert.model.heads import TokenClassifierHead
+from keras_bert.models.pretrained import load_pretrained
+from keras_bert.models.tagging import IGNORE, WordTagger
+from keras_bert.models.task import BertTask, pad_last_axis
+from keras_bert.training import batching
 
 
 @keras.saving.register_keras_serializable(package="keras_bert")

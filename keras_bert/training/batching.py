@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_bert.config import whole_number
+from keras_bert.model.config import whole_number
 
 
 def without_autotuning(dataset):

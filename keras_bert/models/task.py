@@ -21,13 +21,13 @@ import warnings
 import keras
 import tensorflow as tf
 
-from keras_bert import batching, distribute, optimization
-from keras_bert.config import whole_number
-from keras_bert.encoder import INPUT_NAMES, refuse_unknown_arguments
-from keras_bert.preprocessing import BertPreprocessor
-from keras_bert.servable import ServableModel
-from keras_bert.task_training import Trainable
-from keras_bert.tokenizer import same_graph_settings
+from keras_bert.model.config import whole_number
+from keras_bert.model.encoder import INPUT_NAMES, refuse_unknown_arguments
+from keras_bert.models.task_training import Trainable
+from keras_bert.serving.servable import ServableModel
+from keras_bert.text.preprocessing import BertPreprocessor
+from keras_bert.text.tokenizer import same_graph_settings
+from keras_bert.training import batching, distribute, optimization
 
 # Steps compiled with XLA take batches padded to one of this many lengths, sequence_length * k /
 # STATIC_LENGTHS (k = 1 ... STATIC_LENGTHS; rounded up to a multiple of 8), each compiled once.
@@ -284,7 +284,7 @@ class BertTask(Trainable, ServableModel):
         Keras does this itself only for a model made under a tf.distribute strategy; otherwise
         the first trace of the step creates them, and tf.function then traces the step a
         second time, free of variable creation. `_symbolic_build` is the method Keras's own
-        strategy path calls (keras_bert.distribute patches the same internals).
+        strategy path calls (keras_bert.training.distribute patches the same internals).
 
         Under a strategy of several replicas, Keras's build from the first batch fails when the
         replicas' shares of it differ in size; `distribute.build_from_one_replica` mends that,

@@ -7,7 +7,6 @@ keeps each character's place so that offsets map back to the original text."""
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-
 # What becomes a space: tab, line feed, carriage return and Unicode's space separators (Zs),
 # the space itself left out: rewriting every space as itself made the op 6 times slower.
 _WHITESPACE = r"[\t\n\r\x{00A0}\x{1680}\x{2000}-\x{200A}\x{202F}\x{205F}\x{3000}]"

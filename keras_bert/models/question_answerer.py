@@ -5,7 +5,7 @@
     model.predict((["Who wrote it?"], ["It was written by Ann."]))["answer"]  # ["Ann"]
 
 Passages of any length are split into windows, and answers decoded back to character offsets,
-inside the TensorFlow graph (keras_bert/spans.py), the same code in `fit`, `predict` and an
+inside the TensorFlow graph (keras_bert/models/spans.py), the same code in `fit`, `predict` and an
 export.
 """
 
@@ -15,13 +15,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_bert import batching, distribute, serving
-from keras_bert.encoder import INPUT_NAMES
-from keras_bert.heads import SpanLabelerHead
-from keras_bert.spans import SpanWindows
-from keras_bert.pretrained import load_pretrained
-from keras_bert.task import BertTask
-from keras_bert.text_cleaning import valid_utf8
+from keras_bert import serving
+from keras_bert.model.encoder import INPUT_NAMES
+from keras_bert.model.heads import SpanLabelerHead
+from keras_bert.models.pretrained import load_pretrained
+from keras_bert.models.spans import SpanWindows
+from keras_bert.models.task import BertTask
+from keras_bert.text.text_cleaning import valid_utf8
+from keras_bert.training import batching, distribute
 
 
 @keras.saving.register_keras_serializable(package="keras_bert")

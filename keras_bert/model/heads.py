@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_bert import primitives
+from keras_bert.model import primitives
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 

@@ -11,7 +11,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_bert.config import LAYER_NORM_EPSILON
+from keras_bert.model.config import LAYER_NORM_EPSILON
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 
