@@ -343,3 +343,48 @@ def test_a_save_that_fails_part_way_leaves_the_old_checkpoint(tmp_path, monkeypa
     for a, b in zip(loaded.weights, new.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert (tmp_path / "ckpt" / "NOTES.md").read_text() == "the user's own"
+
+
+class Killed(BaseException):
+    """A kill at a chosen moment: nothing after it runs, no handler catches it."""
+
+
+@pytest.mark.parametrize("fmt", ["huggingface", "google"])
+def test_a_save_killed_at_any_move_leaves_the_old_checkpoint_or_the_new(tmp_path, monkeypatch,
+                                                                         fmt):
+    # Kill the save at each of its renames in turn; the folder then loads as the old checkpoint
+    # (killed before the new config was in place) or the new one (after), never as neither.
+    vocab = write_vocab(tmp_path / "vocab.txt", TINY_VOCAB)
+    old, new = BertEncoder(**TINY), BertEncoder(**TINY)
+    replace = os.replace
+    moment = 0
+    while True:
+        folder = str(tmp_path / f"ckpt{moment}")
+        checkpoints.save_checkpoint(checkpoints.BertCheckpoint(old, vocab, True), folder, fmt)
+        calls = []
+
+        def killing_replace(*args, **kwargs):
+            if len(calls) == moment:
+                raise Killed
+            calls.append(args)
+            return replace(*args, **kwargs)
+
+        monkeypatch.setattr(os, "replace", killing_replace)
+        try:
+            checkpoints.save_checkpoint(checkpoints.BertCheckpoint(new, vocab, True), folder, fmt)
+            finished = True
+        except Killed:
+            finished = False
+        monkeypatch.undo()
+        config = "config.json" if fmt == "huggingface" else "bert_config.json"
+        new_config_in = any(dst == os.path.join(folder, config) and ".save-tmp-" in src
+                            for src, dst in calls)  # fmt: skip
+        loaded = checkpoints.load_checkpoint(folder).encoder
+        expected = new if new_config_in else old
+        for a, b in zip(loaded.weights, expected.weights):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+        assert not [n for n in os.listdir(folder) if n.startswith(".save-")], os.listdir(folder)
+        if finished:
+            break
+        moment += 1
+    assert moment > 6  # the plan twice, the old files aside, the new ones in

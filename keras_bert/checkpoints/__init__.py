@@ -231,7 +231,10 @@ def check_vocabulary_fits(vocab_file, vocab_size, rows):
 
 
 def load_checkpoint(path, do_lower_case=None):
-    """Loads a checkpoint in any of the three layouts into a `BertCheckpoint`."""
+    """Loads a checkpoint in any of the three layouts into a `BertCheckpoint`; a folder that
+    a save was killed in gets its previous checkpoint back first."""
+    if os.path.isdir(path) and glob.glob(os.path.join(path, _ASIDE + "*")):
+        _undo_interrupted_save(path)
     fmt, folder = detect_format(path)
     if fmt == RUN:
         raise ValueError(f"{folder} is a fine-tuned task model (model.keras), not a checkpoint: "
@@ -306,11 +309,13 @@ _WORK = ".save-tmp-"  # save_checkpoint's folder for the files it has not moved 
 def save_checkpoint(checkpoint, folder, format=HUGGING_FACE):
     """Writes a `BertCheckpoint` to `folder` in the given layout.
 
-    Every file is written first into a folder of this save's own inside `folder`, then moved
-    into place, the config file last: a save that fails while it writes (a full disk) leaves
-    the checkpoint that was there whole, and a folder never holds new weights under an old
-    config (a kill between the moves leaves no config: unfinished, refused when loaded).
-    Files of `folder` that the layout does not write are left as they are.
+    Every file is written first into a folder of this save's own inside `folder`; then the
+    old checkpoint's files of the same names are moved aside, its config first, and the new
+    ones moved in, the config last. A save that fails while it writes (a full disk) leaves the
+    checkpoint that was there whole; one killed while it moves files leaves the old files
+    aside, and the next save or load in `folder` puts them back (`_undo_interrupted_save`).
+    A folder never holds new weights under an old config. Files of `folder` that the layout
+    does not write are left as they are.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown checkpoint format {format!r}; use one of {FORMATS}")
@@ -327,6 +332,7 @@ def save_checkpoint(checkpoint, folder, format=HUGGING_FACE):
     os.makedirs(folder, exist_ok=True)
     for stale in glob.glob(os.path.join(folder, _WORK + "*")):
         shutil.rmtree(stale, ignore_errors=True)  # a save killed while it wrote left it
+    _undo_interrupted_save(folder)
     work = os.path.join(folder, f"{_WORK}{os.getpid()}")
     os.makedirs(work)
     try:
@@ -335,13 +341,56 @@ def save_checkpoint(checkpoint, folder, format=HUGGING_FACE):
                                                                     vocab_target):  # fmt: skip
             shutil.copyfile(checkpoint.vocab_file, os.path.join(work, "vocab.txt"))
         _write_layout(checkpoint, work, format)
-        config = _CONFIG_FILES[format]
-        if os.path.exists(os.path.join(folder, config)):
-            os.remove(os.path.join(folder, config))  # unfinished until the new one is in
-        for name in sorted(os.listdir(work), key=lambda n: n == config):  # the config last
-            os.replace(os.path.join(work, name), os.path.join(folder, name))
+        _move_in(work, folder, _CONFIG_FILES[format])
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+_ASIDE = ".save-old-"  # where a save puts the old checkpoint's files while it moves its own in
+_PLAN = "save.json"  # in that folder: the new files' names and its config's, and the phase
+
+
+def _move_in(work, folder, config):
+    """Moves every file of `work` into `folder`, the config last, after moving the files of
+    the same names aside (the old config first); then forgets the old ones."""
+    names = sorted(os.listdir(work), key=lambda n: n == config)  # the config last
+    aside = os.path.join(folder, f"{_ASIDE}{os.getpid()}")
+    os.makedirs(aside)
+    plan = {"config": config, "names": names, "moving_in": False}
+
+    def write_plan(values):  # whole or not there: read by _undo_interrupted_save
+        _write_json(os.path.join(aside, _PLAN + ".tmp"), values)
+        os.replace(os.path.join(aside, _PLAN + ".tmp"), os.path.join(aside, _PLAN))
+
+    write_plan(plan)
+    for name in sorted(names, key=lambda n: n != config):  # the old config first
+        if os.path.lexists(os.path.join(folder, name)):
+            os.replace(os.path.join(folder, name), os.path.join(aside, name))
+    write_plan({**plan, "moving_in": True})
+    for name in names:
+        os.replace(os.path.join(work, name), os.path.join(folder, name))
+    shutil.rmtree(aside)
+
+
+def _undo_interrupted_save(folder):
+    """Where a save was killed while it moved files (`_move_in`), puts the old checkpoint back:
+    the new files it had moved in are removed and the old ones return. Where it had finished
+    (its config is in place), only the old files are removed."""
+    for aside in glob.glob(os.path.join(folder, _ASIDE + "*")):
+        try:
+            with open(os.path.join(aside, _PLAN), encoding="utf-8") as f:
+                plan = json.load(f)
+        except FileNotFoundError:  # killed before its plan was in place: nothing moved
+            plan = None
+        if plan and not os.path.exists(os.path.join(folder, plan["config"])):
+            if plan["moving_in"]:
+                for name in plan["names"]:
+                    if os.path.lexists(os.path.join(folder, name)):
+                        os.remove(os.path.join(folder, name))
+            for name in os.listdir(aside):
+                if not name.startswith(_PLAN):
+                    os.replace(os.path.join(aside, name), os.path.join(folder, name))
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _write_layout(checkpoint, folder, format):
