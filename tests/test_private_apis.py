@@ -10,7 +10,7 @@ import keras
 import tensorflow as tf
 from conftest import TINY
 
-import keras_bert  # noqa: F401  (selects the TensorFlow backend)
+import keras_bert
 
 
 def parameters(function):
@@ -34,15 +34,6 @@ def test_tensorflow_device_dataset_function_of_the_autotuning_workaround():
     from tensorflow.python.data.ops import multi_device_iterator_ops
 
     assert callable(multi_device_iterator_ops._create_device_dataset)
-
-
-def test_tensorflow_save_context_of_the_exports_traces():
-    # keras_bert/serving/__init__.py: functions traced once, under the context tf.saved_model.save uses.
-    from tensorflow.python.saved_model import save_context
-
-    with save_context.save_context(tf.saved_model.SaveOptions()):
-        assert save_context.in_save_context()
-    assert not save_context.in_save_context()
 
 
 def test_keras_adam_slots_and_clipping_of_the_fused_update():

@@ -53,10 +53,10 @@ class ServingModule(tf.Module):
             name: tf.function(function, input_signature=specs)
             for name, (function, specs) in model.serving_functions().items()
         }
-        self.model_weights = captured_variables(self.functions.values(), SERVING_ONLY)
+        self.model_weights = captured_variables(self.functions.values())
 
 
-def captured_variables(functions, options=None):
+def captured_variables(functions):
     """The tf.Variables that `functions` (tf.functions with input signatures) read, each once.
 
     A SavedModel must track these, not the Keras variables that wrap them: TF Serving (and any
@@ -65,19 +65,11 @@ def captured_variables(functions, options=None):
     second set of variables, which received the weights while the functions read variables
     left uninitialised ("Could not find variable layer_5/output_dense/kernel"); only
     `tf.saved_model.load`, which maps a function's captures by object, ran such an export.
-
-    The functions are traced here as `tf.saved_model.save` with `options` (SaveOptions, default
-    ones when None) traces them: tf.function keys a trace by the save context's variable
-    policy, so a trace made outside one was made again while saving, a quarter of a small
-    model's export. TensorFlow has no public form of that context.
     """
-    from tensorflow.python.saved_model import save_context
-
     seen = {}
-    with save_context.save_context(options or tf.saved_model.SaveOptions()):
-        for function in functions:
-            for variable in function.get_concrete_function().variables:
-                seen.setdefault(id(variable), variable)
+    for function in functions:
+        for variable in function.get_concrete_function().variables:
+            seen.setdefault(id(variable), variable)
     return list(seen.values())
 
 
