@@ -363,7 +363,7 @@ def test_a_save_killed_at_any_move_leaves_the_old_checkpoint_or_the_new(tmp_path
         checkpoints.save_checkpoint(checkpoints.BertCheckpoint(old, vocab, True), folder, fmt)
         calls = []
 
-        def killing_replace(*args, **kwargs):
+        def killing_replace(*args, calls=calls, moment=moment, **kwargs):
             if len(calls) == moment:
                 raise Killed
             calls.append(args)
