@@ -24,11 +24,8 @@ from keras_bert.text import textfiles
 from tasks import common, driver, glue_metrics, run_main, runs, trainer
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string(
-    "task_name",
-    "SST-2",
-    "GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI (case-insensitive).",
-)
+flags.DEFINE_string("task_name", "SST-2", "GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, "
+                    "QNLI, RTE or WNLI (case-insensitive).")
 flags.DEFINE_string("data_dir", None, "Folder with the task's train.tsv, dev.tsv and test.tsv.")
 flags.DEFINE_bool("tfds", False, "Read glue/<task> from tensorflow-datasets instead of TSVs.")
 flags.DEFINE_string("tfds_data_dir", None, "tensorflow-datasets data_dir (prepared locally).")

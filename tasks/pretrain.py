@@ -30,7 +30,15 @@ from keras_bert.models.pretrained import check_sequence_length
 from keras_bert.text.vocabulary import read_vocabulary
 from keras_bert.training import optimization, pretraining
 from keras_bert.training.batching import without_autotuning
-from tasks import check_at_least_one, common, pretraining_text, run_main, runs, trainer
+from tasks import (
+    check_at_least_one,
+    common,
+    pretraining_text,
+    run_main,
+    runs,
+    trainer,
+)
+from tasks.pretraining_records import record_dataset, record_shape, to_model_inputs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -81,47 +89,6 @@ NOT_FOR_PRETRAINING = {
 }  # fmt: skip
 common.adopt_flags(__name__, NOT_FOR_PRETRAINING)
 
-FEATURES = {
-    "input_ids": "input_word_ids",
-    "input_mask": "input_mask",
-    "segment_ids": "input_type_ids",
-    "masked_lm_positions": "masked_lm_positions",
-}
-
-
-def to_model_inputs(batch):
-    """A batch of schema features -> (inputs, labels, sample weights) for the pretrainer."""
-    # Sequences are padded to max_seq_length; drop the columns no sequence of this batch uses.
-    length = tf.reduce_max(tf.reduce_sum(batch["input_mask"], axis=1))
-    x = {ours: tf.cast(batch[theirs], tf.int32) for theirs, ours in FEATURES.items()}
-    for name in ("input_word_ids", "input_mask", "input_type_ids"):
-        x[name] = x[name][:, :length]
-    y = {"masked_lm": tf.cast(batch["masked_lm_ids"], tf.int32),
-         "next_sentence": tf.cast(batch["next_sentence_labels"][:, 0], tf.int32)}  # fmt: skip
-    weights = {"masked_lm": batch["masked_lm_weights"],
-               "next_sentence": tf.ones_like(batch["masked_lm_weights"][:, 0])}  # fmt: skip
-    return x, y, weights
-
-
-# What each record of tasks.create_pretraining_data holds: (its length, its type).
-RECORD_FEATURES = {"input_ids": ("tokens", tf.int64), "input_mask": ("tokens", tf.int64),
-                   "segment_ids": ("tokens", tf.int64),
-                   "masked_lm_positions": ("predictions", tf.int64),
-                   "masked_lm_ids": ("predictions", tf.int64),
-                   "masked_lm_weights": ("predictions", tf.float32),
-                   "next_sentence_labels": ("one", tf.int64)}  # fmt: skip
-
-
-def record_dataset(files, seq_length, predictions):
-    lengths = {"tokens": seq_length, "predictions": predictions, "one": 1}
-    spec = {name: tf.io.FixedLenFeature([lengths[length]], dtype)
-            for name, (length, dtype) in RECORD_FEATURES.items()}  # fmt: skip
-    dataset = tf.data.Dataset.from_tensor_slices(files).interleave(
-        tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-    )
-    return dataset.repeat().map(lambda record: tf.io.parse_single_example(record, spec))
-
-
 def streaming_dataset(tokenizer, files):
     documents = []
     for path in files:
@@ -143,37 +110,6 @@ def training_dataset(examples):
     return batches.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
         tf.data.AUTOTUNE
     )
-
-
-def record_shape(files):
-    """(sequence length, predictions) of the instances in record `files`, from each file's first
-    record: a file that is not a TFRecord file, holds no instances, or was made with other
-    settings than the first is refused before anything trains."""
-    shapes = {}
-    for path in files:
-        try:
-            first = next(iter(tf.data.TFRecordDataset(path)), None)
-        except tf.errors.DataLossError:
-            raise ValueError(f"{path} is not a TFRecord file; pass the files "
-                             "tasks.create_pretraining_data writes") from None  # fmt: skip
-        if first is None:
-            raise ValueError(f"{path} holds no pre-training instances; make it again with "
-                             "tasks.create_pretraining_data from more text")  # fmt: skip
-        features = tf.train.Example.FromString(first.numpy()).features.feature
-        missing = [name for name in RECORD_FEATURES if name not in features]
-        if missing:
-            raise ValueError(f"{path} holds records without {', '.join(missing)}: not "
-                             "pre-training instances; pass the files tasks.create_pretraining_data "
-                             "writes")  # fmt: skip
-        shapes[path] = (len(features["input_ids"].int64_list.value),
-                        len(features["masked_lm_ids"].int64_list.value))  # fmt: skip
-    (first_path, shape), *rest = shapes.items()
-    for path, other in rest:
-        if other != shape:
-            raise ValueError(f"{first_path} holds instances of {shape[0]} tokens and {shape[1]} "
-                             f"predictions, {path} of {other[0]} and {other[1]}: pass the files "
-                             "of one tasks.create_pretraining_data setting")  # fmt: skip
-    return shape
 
 
 def build_pretrainer():

@@ -3,7 +3,7 @@ run's files. The fine-tuning driver (tasks/driver.py) and tasks.pretrain call it
 reads are tasks/common.py's.
 
 A run's output_dir holds:
-  backup/        training state; a killed run restarts from it (runs.RunBackup)
+  backup/        training state; a killed run restarts from it (backups.RunBackup)
   logs/          TensorBoard: train/ from Keras (every --log_every_steps), speed/ (steps/s,
                  examples/s, tokens/s), dev/ with the task's metrics
   metrics.json   the task's dev metrics after each epoch
@@ -23,7 +23,7 @@ import tasks
 from keras_bert.serving.servable import PRECISIONS
 from keras_bert.text import textfiles
 from keras_bert.training import distribute
-from tasks import common, progress, runs  # noqa: F401  (common defines the flags read here)
+from tasks import backups, common, progress, runs  # noqa: F401  (common defines the flags read here)
 
 FLAGS = flags.FLAGS
 
@@ -147,7 +147,7 @@ def fit_resumably(model, strategy, make_stream, batches_per_epoch, total_batches
     every iterator made on that dataset moves on, so a second call on the same dataset (a
     resumed run's calls: the rest of an epoch, then whole epochs) saw other orders than an
     uninterrupted run's one iterator."""
-    backup = runs.RunBackup(os.path.join(run_dir_of(strategy, output_dir), "backup"),
+    backup = backups.RunBackup(os.path.join(run_dir_of(strategy, output_dir), "backup"),
                             save_every or "epoch")  # fmt: skip
     with strategy.scope():
         done = backup.restore(model)
@@ -206,7 +206,7 @@ def run_callbacks(strategy, output_dir, callbacks, backup):
         board = keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"),
                                             update_freq=FLAGS.log_every_steps)  # fmt: skip
         callbacks = [board, *callbacks]
-    return [runs.StopOnNonFiniteLoss(), *callbacks, backup]
+    return [backups.StopOnNonFiniteLoss(), *callbacks, backup]
 
 
 def run_dir_of(strategy, output_dir):
@@ -220,7 +220,7 @@ def run_dir_of(strategy, output_dir):
 def save_run(output_dir, model):
     """Saves the fine-tuned model: one self-describing file (vocabulary, labels or tags,
     sequence length and window settings inside), without optimizer state."""
-    runs.check_finite_weights(model)  # the last step's update is seen by no loss
+    backups.check_finite_weights(model)  # the last step's update is seen by no loss
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "model.keras")
     runs.record(path)

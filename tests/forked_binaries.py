@@ -32,7 +32,7 @@ sys.path.insert(0, ROOT)  # as `python -m` from the repository root would have i
 
 import keras_bert  # noqa: E402,F401
 import tasks  # noqa: E402,F401  (imports TensorFlow quietly, as every binary does)
-from tasks import progress, runs  # noqa: E402,F401  (they define no flags, nor import what does)
+from tasks import backups, progress, runs  # noqa: E402,F401  (they define no flags, nor import what does)
 
 
 def exit_code(exit):

@@ -91,3 +91,13 @@ def test_the_library_imports_its_own_modules():
     graph = _graph()
     assert "keras_bert.model.encoder" in graph["keras_bert.checkpoints"]
     assert "keras_bert.text.tokenizer" in graph["keras_bert.text.preprocessing"]
+
+
+MOST_LINES = 330  # a module a reader takes in whole
+
+
+def test_no_module_is_over_the_line_limit():
+    sizes = {str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+             for package in PACKAGES for path in (ROOT / package).rglob("*.py")}  # fmt: skip
+    assert len(sizes) > 40  # the walk found the subpackages' modules
+    assert {path: n for path, n in sizes.items() if n > MOST_LINES} == {}

@@ -16,7 +16,7 @@ from test_distribute import free_ports
 
 from keras_bert import BertTokenizer, checkpoints
 from keras_bert.text.vocabulary import SPECIAL_TOKENS
-from tasks import pretrain, pretraining_text
+from tasks import pretrain, pretraining_records, pretraining_text
 
 CONFIG = {"vocab_size": 30522, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
           "intermediate_size": 128, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
@@ -116,7 +116,7 @@ def test_training_batches_run_without_tf_data_autotuning(pretraining_data, flags
     files = pretraining_text.input_files(str(pretraining_data / "data-*"))
     flags_parsed.train_batch_size = 4
     dataset = pretrain.training_dataset(
-        pretrain.record_dataset(files, *pretrain.record_shape(files)))  # fmt: skip
+        pretraining_records.record_dataset(files, *pretraining_records.record_shape(files)))  # fmt: skip
     assert dataset.options().autotune.enabled is False
     x, y, weights = next(iter(dataset))
     assert x["input_word_ids"].shape[0] == 4 and x["masked_lm_positions"].shape == (4, 10)
@@ -146,7 +146,7 @@ def test_record_files_that_do_not_fit_are_refused_before_training(tmp_path, pret
     import tensorflow as tf
 
     good = pretraining_text.input_files(str(pretraining_data / "data-*"))
-    assert pretrain.record_shape(good) == (64, 10)  # the fixture's settings
+    assert pretraining_records.record_shape(good) == (64, 10)  # the fixture's settings
 
     def write(name, **lengths):
         features = {feature: tf.train.Feature(int64_list=tf.train.Int64List(value=[0] * n))
@@ -161,16 +161,16 @@ def test_record_files_that_do_not_fit_are_refused_before_training(tmp_path, pret
     shorter = write("shorter.tfrecord", **full)
     with pytest.raises(ValueError, match=r"holds instances of 64 tokens and 10 predictions, "
                                          r".*shorter.tfrecord of 16 and 3: pass the files of one"):
-        pretrain.record_shape([good[0], shorter])
+        pretraining_records.record_shape([good[0], shorter])
     no_labels = write("no_labels.tfrecord", **{k: v for k, v in full.items()
                                                if k != "next_sentence_labels"})  # fmt: skip
     with pytest.raises(ValueError, match=r"no_labels.tfrecord holds records without "
                                          r"next_sentence_labels: not pre-training instances"):
-        pretrain.record_shape([no_labels])
+        pretraining_records.record_shape([no_labels])
     text = tmp_path / "text.tfrecord"
     text.write_text("Just some text, not records.\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"text.tfrecord is not a TFRecord file"):
-        pretrain.record_shape([good[0], str(text)])
+        pretraining_records.record_shape([good[0], str(text)])
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 from absl import app
 from conftest import DATA, ROOT, run_binary
 
-from tasks import runs
+from tasks import backups, runs
 
 SETTINGS = {"task": "sst-2", "learning_rate": 5e-05, "max_seq_length": 32}
 
@@ -236,12 +236,12 @@ def test_a_diverged_run_is_stopped_and_neither_backed_up_nor_saved(tmp_path):
 
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")], name="run")
     model.compile(optimizer="adam", loss="mse")
-    backup = runs.RunBackup(str(tmp_path / "backup"), save_freq=1)
+    backup = backups.RunBackup(str(tmp_path / "backup"), save_freq=1)
     backup.set_model(model)
     backup.save()  # finite weights: backed up
     assert os.path.exists(backup.path)
     before = os.path.getmtime(backup.path)
-    stop = runs.StopOnNonFiniteLoss()
+    stop = backups.StopOnNonFiniteLoss()
     stop.set_model(model)
     stop.on_train_batch_end(0, {"loss": 0.25})  # a finite loss goes on
     with pytest.raises(ValueError, match=r"^the training loss is nan at step 0: training "
@@ -267,25 +267,25 @@ def test_a_backup_keeps_the_state_of_the_random_draws(tmp_path):
                                          "attention_probs_dropout_prob": dropout})
 
     trained = model(0.1)
-    generators = runs.seed_generators(trained)
+    generators = backups.seed_generators(trained)
     assert len(generators) == 1 + 3 * TINY["num_hidden_layers"]  # embeddings', then 3 a block
     for i, generator in enumerate(generators):  # as if training had drawn masks
         generator.state.assign([1000 + i, 7 * i + 3])
     path = str(tmp_path / "latest.weights.h5")
     trained.save_weights(path)
-    runs.save_random_state(trained, path)
+    backups.save_random_state(trained, path)
     resumed = model(0.1)
     resumed.load_weights(path)
-    runs.restore_random_state(resumed, path)
-    assert [g.state.numpy().tolist() for g in runs.seed_generators(resumed)] == [
+    backups.restore_random_state(resumed, path)
+    assert [g.state.numpy().tolist() for g in backups.seed_generators(resumed)] == [
         [1000 + i, 7 * i + 3] for i in range(len(generators))]
     # A model without dropout has no generators: its backups hold an empty state.
     plain = model(0.0)
     plain.save_weights(path)
-    runs.save_random_state(plain, path)
-    runs.restore_random_state(plain, path)
+    backups.save_random_state(plain, path)
+    backups.restore_random_state(plain, path)
     with pytest.raises(ValueError, match="0 random states, the model has"):
-        runs.restore_random_state(trained, path)
+        backups.restore_random_state(trained, path)
 
 
 def test_a_run_from_before_the_manifest_is_read_as_a_run(tmp_path):

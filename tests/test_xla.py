@@ -13,7 +13,7 @@ import tensorflow as tf
 from conftest import DATA, TINY, random_inputs
 
 import keras_bert
-from keras_bert.models import task
+from keras_bert.models import static_steps
 
 PASSAGE = "The Normans gave their name to Normandy, a region in France, in the 10th century."
 QUESTIONS = ["Who gave their name to Normandy?", "Where is Normandy?", "When?"]
@@ -123,9 +123,9 @@ def test_static_and_packed_encoders_agree_at_real_positions():
 
 
 def test_batches_for_xla_are_padded_to_a_few_lengths(tiny_checkpoint):
-    assert [int(task.static_length(n, 128)) for n in (1, 32, 33, 100, 128)] == [32, 32, 64, 128,
+    assert [int(static_steps.static_length(n, 128)) for n in (1, 32, 33, 100, 128)] == [32, 32, 64, 128,
                                                                                    128]  # fmt: skip
-    assert [int(task.static_length(n, 20)) for n in (3, 8, 9, 17)] == [8, 8, 16, 20]
+    assert [int(static_steps.static_length(n, 20)) for n in (3, 8, 9, 17)] == [8, 8, 16, 20]
     model = keras_bert.BertTokenClassifier.from_checkpoint(tiny_checkpoint, ["O", "B-PER"],
                                                            sequence_length=32)  # fmt: skip
     model.compile(jit_compile=True)
@@ -176,9 +176,9 @@ def test_a_binary_trains_with_xla_in_groups_of_steps(tmp_path, tiny_checkpoint):
 def test_backups_count_the_steps_of_each_execution(monkeypatch):
     """With --steps_per_execution=k Keras reports every kth step: the backup every 4 steps
     still comes every 4, and each epoch still ends backed up."""
-    from tasks import runs
+    from tasks import backups
 
-    backup = runs.RunBackup("unused", save_freq=4)
+    backup = backups.RunBackup("unused", save_freq=4)
     saved = []
     monkeypatch.setattr(backup, "save", lambda: (saved.append(backup._batches),
                                                  setattr(backup, "_batches", 0)))  # fmt: skip

@@ -27,21 +27,26 @@ import tensorflow as tf
 from absl import logging
 
 from keras_bert.checkpoints import variable_names
-from keras_bert.model.config import LAYER_NORM_EPSILON, BertConfig
+from keras_bert.checkpoints.writing import (
+    ASIDE,
+    CONFIG_FILES,
+    FORMATS,
+    FROM_GOOGLE_ACT,
+    GOOGLE,
+    HUGGING_FACE,
+    KERAS,
+    RUN,
+    move_in,
+    undo_interrupted_save,
+)
+from keras_bert.checkpoints.writing import write_layout as _write_layout
+from keras_bert.model.config import BertConfig
 from keras_bert.model.encoder import BertEncoder
 from keras_bert.model.heads import MaskedLMHead, NextSentenceHead
 from keras_bert.text.vocabulary import checkpoint_folder as _folder
 from keras_bert.text.vocabulary import find_vocabulary, read_vocabulary
 from keras_bert.text.vocabulary import read_json as _read_json
 
-GOOGLE, HUGGING_FACE, KERAS = "google", "huggingface", "keras"
-FORMATS = (GOOGLE, HUGGING_FACE, KERAS)
-RUN = "run"  # a fine-tuned task model's folder (model.keras); read, never written here
-
-# Google's code computes "gelu" with the tanh approximation; it has no exact-erf GELU, which we
-# write as "gelu_exact" so that Google's code refuses it rather than computing other numbers.
-_FROM_GOOGLE_ACT = {"gelu": "gelu_new", "gelu_exact": "gelu"}
-_TO_GOOGLE_ACT = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_exact"}
 # Training state that Google checkpoints may carry and a model does not need.
 _GOOGLE_TRAINING_STATE = re.compile(r"(/adam_[mv]|^global_step|^(good|bad)_steps|loss_scale)$")
 
@@ -135,7 +140,7 @@ def read_config(path):
     elif fmt == GOOGLE:
         source = os.path.join(folder, "bert_config.json")
         values = _read_json(source)
-        values["hidden_act"] = _FROM_GOOGLE_ACT.get(values.get("hidden_act"),
+        values["hidden_act"] = FROM_GOOGLE_ACT.get(values.get("hidden_act"),
                                                     values.get("hidden_act"))  # fmt: skip
     else:
         source = os.path.join(folder, "config.json")
@@ -233,8 +238,8 @@ def check_vocabulary_fits(vocab_file, vocab_size, rows):
 def load_checkpoint(path, do_lower_case=None):
     """Loads a checkpoint in any of the three layouts into a `BertCheckpoint`; a folder that
     a save was killed in gets its previous checkpoint back first."""
-    if os.path.isdir(path) and glob.glob(os.path.join(path, _ASIDE + "*")):
-        _undo_interrupted_save(path)
+    if os.path.isdir(path) and glob.glob(os.path.join(path, ASIDE + "*")):
+        undo_interrupted_save(path)
     fmt, folder = detect_format(path)
     if fmt == RUN:
         raise ValueError(f"{folder} is a fine-tuned task model (model.keras), not a checkpoint: "
@@ -253,56 +258,6 @@ def load_checkpoint(path, do_lower_case=None):
     return BertCheckpoint(encoder, vocab_file, lower_case, masked_lm, next_sentence)
 
 
-# The writers below write into save_checkpoint's own work folder, which is moved into place
-# whole: each writes its files directly.
-def _write_json(path, values):
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(json.dumps(values, indent=2, sort_keys=True) + "\n")
-
-
-def _write_google(checkpoint, folder, entries):
-    prefix = os.path.join(folder, "bert_model.ckpt")
-    names = [e.google for e in entries]
-    tensors = [e.variable.numpy().T if e.transpose_google else e.variable.numpy() for e in entries]
-    tf.raw_ops.SaveV2(
-        prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors
-    )
-    config = checkpoint.encoder.config.to_dict()
-    config["hidden_act"] = _TO_GOOGLE_ACT.get(config["hidden_act"], config["hidden_act"])
-    _write_json(os.path.join(folder, "bert_config.json"), config)
-
-
-def _write_hugging_face(checkpoint, folder, entries):
-    from safetensors.numpy import save_file
-
-    heads = checkpoint.masked_lm is not None or checkpoint.next_sentence is not None
-    tensors = {}
-    for e in entries:
-        name = e.hf if heads else e.hf[len("bert.") :]
-        value = e.variable.numpy()
-        tensors[name] = np.ascontiguousarray(value.T if e.transpose_hf else value)
-    path = os.path.join(folder, "model.safetensors")
-    save_file(tensors, path, metadata={"format": "pt"})
-    architecture = "BertForPreTraining" if heads else "BertModel"
-    _write_json(
-        os.path.join(folder, "tokenizer_config.json"),
-        {"do_lower_case": checkpoint.do_lower_case, "tokenizer_class": "BertTokenizer"},
-    )
-    _write_json(
-        os.path.join(folder, "config.json"),
-        {
-            **checkpoint.encoder.config.to_dict(),
-            "model_type": "bert",
-            "architectures": [architecture],
-            "layer_norm_eps": LAYER_NORM_EPSILON,
-            "pad_token_id": 0,
-            "position_embedding_type": "absolute",
-        },
-    )
-
-
-# Each layout's config file: moved into place last, so that a folder without it is unfinished.
-_CONFIG_FILES = {GOOGLE: "bert_config.json", HUGGING_FACE: "config.json", KERAS: "keras_bert.json"}
 _WORK = ".save-tmp-"  # save_checkpoint's folder for the files it has not moved into place yet
 
 
@@ -313,7 +268,7 @@ def save_checkpoint(checkpoint, folder, format=HUGGING_FACE):
     old checkpoint's files of the same names are moved aside, its config first, and the new
     ones moved in, the config last. A save that fails while it writes (a full disk) leaves the
     checkpoint that was there whole; one killed while it moves files leaves the old files
-    aside, and the next save or load in `folder` puts them back (`_undo_interrupted_save`).
+    aside, and the next save or load in `folder` puts them back (`undo_interrupted_save`).
     A folder never holds new weights under an old config. Files of `folder` that the layout
     does not write are left as they are.
     """
@@ -332,7 +287,7 @@ def save_checkpoint(checkpoint, folder, format=HUGGING_FACE):
     os.makedirs(folder, exist_ok=True)
     for stale in glob.glob(os.path.join(folder, _WORK + "*")):
         shutil.rmtree(stale, ignore_errors=True)  # a save killed while it wrote left it
-    _undo_interrupted_save(folder)
+    undo_interrupted_save(folder)
     work = os.path.join(folder, f"{_WORK}{os.getpid()}")
     os.makedirs(work)
     try:
@@ -341,65 +296,8 @@ def save_checkpoint(checkpoint, folder, format=HUGGING_FACE):
                                                                     vocab_target):  # fmt: skip
             shutil.copyfile(checkpoint.vocab_file, os.path.join(work, "vocab.txt"))
         _write_layout(checkpoint, work, format)
-        _move_in(work, folder, _CONFIG_FILES[format])
+        move_in(work, folder, CONFIG_FILES[format])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-_ASIDE = ".save-old-"  # where a save puts the old checkpoint's files while it moves its own in
-_PLAN = "save.json"  # in that folder: the new files' names and its config's, and the phase
-
-
-def _move_in(work, folder, config):
-    """Moves every file of `work` into `folder`, the config last, after moving the files of
-    the same names aside (the old config first); then forgets the old ones."""
-    names = sorted(os.listdir(work), key=lambda n: n == config)  # the config last
-    aside = os.path.join(folder, f"{_ASIDE}{os.getpid()}")
-    os.makedirs(aside)
-    plan = {"config": config, "names": names, "moving_in": False}
-
-    def write_plan(values):  # whole or not there: read by _undo_interrupted_save
-        _write_json(os.path.join(aside, _PLAN + ".tmp"), values)
-        os.replace(os.path.join(aside, _PLAN + ".tmp"), os.path.join(aside, _PLAN))
-
-    write_plan(plan)
-    for name in sorted(names, key=lambda n: n != config):  # the old config first
-        if os.path.lexists(os.path.join(folder, name)):
-            os.replace(os.path.join(folder, name), os.path.join(aside, name))
-    write_plan({**plan, "moving_in": True})
-    for name in names:
-        os.replace(os.path.join(work, name), os.path.join(folder, name))
-    shutil.rmtree(aside)
-
-
-def _undo_interrupted_save(folder):
-    """Where a save was killed while it moved files (`_move_in`), puts the old checkpoint back:
-    the new files it had moved in are removed and the old ones return. Where it had finished
-    (its config is in place), only the old files are removed."""
-    for aside in glob.glob(os.path.join(folder, _ASIDE + "*")):
-        try:
-            with open(os.path.join(aside, _PLAN), encoding="utf-8") as f:
-                plan = json.load(f)
-        except FileNotFoundError:  # killed before its plan was in place: nothing moved
-            plan = None
-        if plan and not os.path.exists(os.path.join(folder, plan["config"])):
-            if plan["moving_in"]:
-                for name in plan["names"]:
-                    if os.path.lexists(os.path.join(folder, name)):
-                        os.remove(os.path.join(folder, name))
-            for name in os.listdir(aside):
-                if not name.startswith(_PLAN):
-                    os.replace(os.path.join(aside, name), os.path.join(folder, name))
-        shutil.rmtree(aside, ignore_errors=True)
-
-
-def _write_layout(checkpoint, folder, format):
-    entries = variable_names.entries(checkpoint.encoder, checkpoint.masked_lm, checkpoint.next_sentence)
-    if format == GOOGLE:
-        _write_google(checkpoint, folder, entries)
-    elif format == HUGGING_FACE:
-        _write_hugging_face(checkpoint, folder, entries)
-    else:
-        checkpoint.encoder.save(os.path.join(folder, "encoder.keras"))
-        _write_json(os.path.join(folder, "keras_bert.json"),
-                    {"do_lower_case": checkpoint.do_lower_case, "format_version": 1})  # fmt: skip

@@ -21,7 +21,8 @@ from keras_bert import checkpoints
 from keras_bert.model.encoder import INPUT_NAMES
 from keras_bert.model.heads import MaskedLMHead, NextSentenceHead
 from keras_bert.models.pretrained import check_sequence_length
-from keras_bert.models.task import BertTask, pad_last_axis
+from keras_bert.models.static_steps import pad_last_axis
+from keras_bert.models.task import BertTask
 from keras_bert.text.preprocessing import BertPreprocessor
 from keras_bert.text.tokenizer import BertTokenizer
 from keras_bert.training import losses

@@ -9,45 +9,26 @@ the preprocessor over the data in `tf.data` (batches padded to their longest mem
 runs it inside Keras' predict step; an export runs it inside its serving function. The graph is
 the same everywhere.
 
-Steps that Keras compiles with XLA (`compile(jit_compile=True)`, Keras's "auto" on a GPU, any
-TPUStrategy) run the encoder on static shapes (`BertEncoder.static_shapes`, packing.py), and
-their batches are preprocessed in `tf.data` (strings never reach a compiled step) and padded to
-one of a few lengths (`static_length`), each compiled once. Other steps run it packed.
+Steps that Keras compiles with XLA preprocess their batches in `tf.data` (strings never reach a
+compiled step) and run the encoder on static shapes (`static_steps.StaticSteps`).
 """
 
-import contextlib
 import warnings
 
 import keras
 import tensorflow as tf
 
 from keras_bert.model.config import whole_number
-from keras_bert.model.encoder import INPUT_NAMES, refuse_unknown_arguments
+from keras_bert.model.encoder import refuse_unknown_arguments
+from keras_bert.models.static_steps import StaticSteps
 from keras_bert.models.task_training import Trainable
 from keras_bert.serving.servable import ServableModel
 from keras_bert.text.preprocessing import BertPreprocessor
 from keras_bert.text.tokenizer import same_graph_settings
 from keras_bert.training import batching, distribute, optimization
 
-# Steps compiled with XLA take batches padded to one of this many lengths, sequence_length * k /
-# STATIC_LENGTHS (k = 1 ... STATIC_LENGTHS; rounded up to a multiple of 8), each compiled once.
-STATIC_LENGTHS = 4
 
-
-def static_length(longest, sequence_length):
-    """The length a batch whose longest sequence has `longest` positions (a scalar tensor) is
-    padded to for XLA: the shortest of the STATIC_LENGTHS lengths that holds it."""
-    step = -(-sequence_length // STATIC_LENGTHS // 8) * 8
-    return tf.minimum(-(-longest // step) * step, sequence_length)
-
-
-def pad_last_axis(t, length, value=0):
-    """`t` padded with `value` at the end of its last axis to `length` positions."""
-    extra = length - tf.shape(t)[-1]
-    return tf.pad(t, [[0, 0]] * (t.shape.rank - 1) + [[0, extra]], constant_values=value)
-
-
-class BertTask(Trainable, ServableModel):
+class BertTask(StaticSteps, Trainable, ServableModel):
     """Base class of the task models; subclasses build the functional graph and define
     `preprocess_batch`, `default_loss` and `serving_functions`."""
 
@@ -72,60 +53,6 @@ class BertTask(Trainable, ServableModel):
         pooler = {id(w) for w in encoder.pooler.weights}
         return [w for w in weights if id(w) not in pooler]
 
-    # --- Static shapes, for steps compiled with XLA ---
-
-    def compiles_with_xla(self):
-        """Whether Keras compiles this model's steps with XLA: `jit_compile` (True, or "auto"
-        resolved to it on a GPU), or a TPUStrategy (TPUs run compiled steps only)."""
-        return bool(self.jit_compile) or distribute.is_tpu(self.distribute_strategy)
-
-    @contextlib.contextmanager
-    def _encoder_shapes_for_step(self):
-        """While a step is traced: the encoder static where the step compiles with XLA."""
-        before = self.encoder.static_shapes
-        self.encoder.static_shapes = self.compiles_with_xla()
-        try:
-            yield
-        finally:
-            self.encoder.static_shapes = before
-
-    def train_step(self, data):
-        with self._encoder_shapes_for_step():
-            return super().train_step(data)
-
-    def test_step(self, data):
-        with self._encoder_shapes_for_step():
-            return super().test_step(data)
-
-    def pad_for_xla(self, x, y, sample_weight):
-        """A batch of encoder inputs (and targets) padded to the shapes an XLA step compiles
-        for: the positions to `static_length`. Subclasses with targets by position pad them
-        too (`pad_targets_for_xla`)."""
-        sequence_length = getattr(self.preprocessor, "sequence_length", None)
-        if sequence_length is None:  # token ids made elsewhere: as they come
-            return x, y, sample_weight
-        length = static_length(tf.shape(x["input_mask"])[-1], sequence_length)
-        x = {**x, **{name: pad_last_axis(x[name], length) for name in INPUT_NAMES}}
-        y, sample_weight = self.pad_targets_for_xla(y, sample_weight, length)
-        return x, y, sample_weight
-
-    def pad_targets_for_xla(self, y, sample_weight, length):
-        """Targets and weights padded to `length` positions where they have positions."""
-        return y, sample_weight
-
-    def for_xla(self, dataset):
-        """`dataset`'s batches of encoder inputs padded by `pad_for_xla` where this model's
-        steps compile with XLA; as they are otherwise."""
-        if not self.compiles_with_xla():
-            return dataset
-
-        def pad(*data):
-            x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(
-                data[0] if len(data) == 1 else data)  # fmt: skip
-            return keras.utils.pack_x_y_sample_weight(*self.pad_for_xla(x, y, sample_weight))
-
-        return dataset.map(pad, num_parallel_calls=tf.data.AUTOTUNE)
-
     def class_count(self):
         """The classes `class_weight` weighs: a single label per example's, else None."""
         return
@@ -140,10 +67,8 @@ class BertTask(Trainable, ServableModel):
         return self.preprocessor(x), y, sample_weight
 
     def _preprocess_element(self, data):
-        # `data` is the element's parts as one tuple: a traced function called with one, two
-        # and then three arguments (fit without, then with sample_weight) made TensorFlow's
-        # retracing fail with an IndexError. A one-part element is x alone (a tuple there is a
-        # pair of texts, not (x, y)).
+        # `data`: the element's parts as one tuple (retracing with another count of arguments
+        # fails in TensorFlow). A one-part element is x alone (a tuple there is a pair of texts).
         x, y, sample_weight = (data[0], None, None) if len(data) == 1 else (
             keras.utils.unpack_x_y_sample_weight(data))  # fmt: skip
         if batching.is_token_ids(x):
@@ -184,9 +109,8 @@ class BertTask(Trainable, ServableModel):
         for the model's life (the one `train_on_batch` runs), where a plain function would be
         traced again on every call of fit and evaluate."""
         preprocess = self.traced(self._preprocess_element)
-        # Traced here first, so that a mistake found while tracing (a pair's texts as (x, y),
-        # labels of the wrong kind) is raised as its one line: inside `map`, autograph wraps
-        # it in a listing of the frames it passed through.
+        # Traced here first, so that a mistake found while tracing (a pair's texts as (x, y))
+        # is raised as its one line: inside `map`, autograph wraps it in a listing of frames.
         spec = dataset.element_spec
         preprocess.trace(spec if isinstance(spec, tuple) else (spec,))
         return dataset.map(lambda *data: preprocess(data), num_parallel_calls=tf.data.AUTOTUNE)
@@ -259,44 +183,6 @@ class BertTask(Trainable, ServableModel):
                              "model(model.preprocessor(texts)); predict(texts) takes the texts "
                              "themselves")  # fmt: skip
         return super().__call__(inputs, *args, **kwargs)
-
-    @staticmethod
-    def _require_targets(entry, x, y, name="x"):
-        """Refuses data without targets for `entry` (fit, evaluate, validation_data, whose
-        data is called `name`): y missing beside data in memory, or a tf.data.Dataset whose
-        elements are x alone; Keras's loss failed on them with "None values not supported"."""
-        if isinstance(x, tf.data.Dataset):
-            spec = x.element_spec
-            # A y beside a Dataset: batching.batched refuses it, saying where targets belong.
-            if y is not None or (isinstance(spec, tuple) and len(spec) > 1) or (
-                    batching.is_prepared(x)):  # fmt: skip
-                return
-            raise ValueError(f"{entry} needs targets: {name} is a tf.data.Dataset of inputs "
-                             "alone; make its elements (x, y)")  # fmt: skip
-        if x is not None and y is None:
-            raise ValueError(f"{entry} needs targets: pass y (one per example), or x as a "
-                             "batched tf.data.Dataset of (x, y)")  # fmt: skip
-
-    def _build_before_tracing(self, dataset):
-        """Creates the compiled loss's and metrics' variables (and the optimizer's) from the
-        dataset's shapes, before Keras traces its step.
-
-        Keras does this itself only for a model made under a tf.distribute strategy; otherwise
-        the first trace of the step creates them, and tf.function then traces the step a
-        second time, free of variable creation. `_symbolic_build` is the method Keras's own
-        strategy path calls (keras_bert.training.distribute patches the same internals).
-
-        Under a strategy of several replicas, Keras's build from the first batch fails when the
-        replicas' shares of it differ in size; `distribute.build_from_one_replica` mends that,
-        whoever made the strategy (this is where it is installed for MirroredStrategy). Under
-        any strategy, `distribute.device_datasets_without_autotuning` is installed here too."""
-        strategy = getattr(self, "_distribute_strategy", None)
-        if strategy is not None:
-            distribute.device_datasets_without_autotuning()
-            if strategy.num_replicas_in_sync > 1:
-                distribute.build_from_one_replica()
-        if getattr(self, "_distribute_strategy", True) is None and hasattr(self, "_symbolic_build"):
-            self._symbolic_build(data_batch=dataset.element_spec)
 
     def evaluate(self, x=None, y=None, batch_size=None, *, sample_weight=None, **kwargs):
         """Keras `evaluate` on raw data (as `fit` takes it)."""

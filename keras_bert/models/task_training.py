@@ -1,17 +1,19 @@
 """What a task model needs to train (`BertTask` takes it from `Trainable`): `compile()` with the
-fine-tuning recipe as its defaults, that recipe saved and loaded with the model, and the checks
-that refuse, before any graph runs, a training that could not work: weights that cannot change,
-weights Keras would apply wrongly.
+fine-tuning recipe as its defaults, that recipe saved and loaded with the model, the checks
+that refuse, before any graph runs, a training that could not work (weights that cannot change,
+weights Keras would apply wrongly, data without targets), and the build of the loss's and
+metrics' variables before Keras traces a step.
 """
 
 import os
 
 import keras
+import tensorflow as tf
 
 from keras_bert.model.config import whole_number
 from keras_bert.training import batching, distribute, optimization
 
-# A serving setting (README, "Export and TF Serving"): TensorFlow's oneDNN kernels then keep the
+# A serving setting (docs/serving.md): TensorFlow's oneDNN kernels then keep the
 # first weights each product sees, reordered for speed, and never read the variables again.
 FROZEN_WEIGHTS_VARIABLE = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 
@@ -142,6 +144,44 @@ class Trainable:
             self._keep_recipe((recipe, kept))
         if built and self.built:
             self.optimizer.build(self.trainable_variables)
+
+    @staticmethod
+    def _require_targets(entry, x, y, name="x"):
+        """Refuses data without targets for `entry` (fit, evaluate, validation_data, whose
+        data is called `name`): y missing beside data in memory, or a tf.data.Dataset whose
+        elements are x alone; Keras's loss failed on them with "None values not supported"."""
+        if isinstance(x, tf.data.Dataset):
+            spec = x.element_spec
+            # A y beside a Dataset: batching.batched refuses it, saying where targets belong.
+            if y is not None or (isinstance(spec, tuple) and len(spec) > 1) or (
+                    batching.is_prepared(x)):  # fmt: skip
+                return
+            raise ValueError(f"{entry} needs targets: {name} is a tf.data.Dataset of inputs "
+                             "alone; make its elements (x, y)")  # fmt: skip
+        if x is not None and y is None:
+            raise ValueError(f"{entry} needs targets: pass y (one per example), or x as a "
+                             "batched tf.data.Dataset of (x, y)")  # fmt: skip
+
+    def _build_before_tracing(self, dataset):
+        """Creates the compiled loss's and metrics' variables (and the optimizer's) from the
+        dataset's shapes, before Keras traces its step.
+
+        Keras does this itself only for a model made under a tf.distribute strategy; otherwise
+        the first trace of the step creates them, and tf.function then traces the step a
+        second time, free of variable creation. `_symbolic_build` is the method Keras's own
+        strategy path calls (keras_bert.training.distribute patches the same internals).
+
+        Under a strategy of several replicas, Keras's build from the first batch fails when the
+        replicas' shares of it differ in size; `distribute.build_from_one_replica` mends that,
+        whoever made the strategy (this is where it is installed for MirroredStrategy). Under
+        any strategy, `distribute.device_datasets_without_autotuning` is installed here too."""
+        strategy = getattr(self, "_distribute_strategy", None)
+        if strategy is not None:
+            distribute.device_datasets_without_autotuning()
+            if strategy.num_replicas_in_sync > 1:
+                distribute.build_from_one_replica()
+        if getattr(self, "_distribute_strategy", True) is None and hasattr(self, "_symbolic_build"):
+            self._symbolic_build(data_batch=dataset.element_spec)
 
     def _keep_recipe(self, recipe):
         """Keeps (optimization.Recipe, compile's other arguments) for each fit to count its

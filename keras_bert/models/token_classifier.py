@@ -17,8 +17,9 @@ from keras_bert import serving
 from keras_bert.model.encoder import INPUT_NAMES
 from keras_bert.model.heads import TokenClassifierHead
 from keras_bert.models.pretrained import load_pretrained
+from keras_bert.models.static_steps import pad_last_axis
 from keras_bert.models.tagging import IGNORE, WordTagger
-from keras_bert.models.task import BertTask, pad_last_axis
+from keras_bert.models.task import BertTask
 from keras_bert.training import batching
 
 
