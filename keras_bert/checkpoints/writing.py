@@ -25,8 +25,8 @@ TO_GOOGLE_ACT = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_
 CONFIG_FILES = {GOOGLE: "bert_config.json", HUGGING_FACE: "config.json", KERAS: "keras_bert.json"}
 
 
-# The writers below write into save_checkpoint's own work folder, which is moved into place
-# whole: each writes its files directly.
+# The writers below write into save_checkpoint's own work folder, whose files `move_in` then
+# puts in place: each writes its files directly.
 def write_json(path, values):
     with open(path, "w", encoding="utf-8") as f:
         f.write(json.dumps(values, indent=2, sort_keys=True) + "\n")
