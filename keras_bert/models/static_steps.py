@@ -33,9 +33,28 @@ def pad_last_axis(t, length, value=0):
     return tf.pad(t, [[0, 0]] * (t.shape.rank - 1) + [[0, extra]], constant_values=value)
 
 
+@contextlib.contextmanager
+def _after(data):
+    """Every op of a step waits for its batch. Keras's per-output loss trackers count a batch
+    with an op that reads no data; once inlined, the graph ran it even when the iterator of a
+    dataset of unknown cardinality had run out, so each of those entries counted one batch too
+    many (the question answerer's `start_logits_loss` read about half)."""
+    # Variables a first trace creates (the optimizer's slots, the loss trackers) are lifted out
+    # of the step: their initial values must not wait for its batch.
+    with (tf.control_dependencies(tf.nest.flatten(data)[:1]),
+          tf.variable_creator_scope(_created_without_dependencies)):  # fmt: skip
+        yield
+
+
+def _created_without_dependencies(next_creator, **kwargs):
+    with tf.control_dependencies(None):
+        return next_creator(**kwargs)
+
+
 class StaticSteps:
-    """What `BertTask` does for steps compiled with XLA. Subclasses whose targets have
-    positions (tags, masked-LM positions) pad them in `pad_targets_for_xla`."""
+    """What `BertTask` does around its train and test steps (each op waits for the batch), and
+    for steps compiled with XLA. Subclasses whose targets have positions (tags, masked-LM
+    positions) pad them in `pad_targets_for_xla`."""
 
     def compiles_with_xla(self):
         """Whether Keras compiles this model's steps with XLA: `jit_compile` (True, or "auto"
@@ -53,11 +72,11 @@ class StaticSteps:
             self.encoder.static_shapes = before
 
     def train_step(self, data):
-        with self._encoder_shapes_for_step():
+        with self._encoder_shapes_for_step(), _after(data):
             return super().train_step(data)
 
     def test_step(self, data):
-        with self._encoder_shapes_for_step():
+        with self._encoder_shapes_for_step(), _after(data):
             return super().test_step(data)
 
     def pad_for_xla(self, x, y, sample_weight):
