@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import ROOT, TINY, random_inputs
+from op_trace import ops_run
 
 from keras_bert import BertConfig, BertEncoder
 
@@ -59,20 +60,6 @@ def test_pooled_output_only_equals_pooled_output(policy):
         atol = 1e-6 if policy == "float32" else 2**-8  # bfloat16: one rounding step near 1
         np.testing.assert_allclose(outputs["pooled_output_only"], outputs["pooled_output"],
                                    atol=atol)  # fmt: skip
-
-
-def ops_run(logdir):
-    """The op types TensorFlow's executor ran, one entry a run, from the profiler's trace in
-    `logdir` (events named "node:OpType" on its tf_Compute threads)."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-    space = xplane_pb2.XSpace()
-    trace = max(logdir.glob("**/*.xplane.pb"))
-    space.ParseFromString(trace.read_bytes())
-    names = [plane.event_metadata[event.metadata_id].name for plane in space.planes
-             for line in plane.lines if line.name.startswith("tf_Compute")
-             for event in line.events]  # fmt: skip
-    return [name.rsplit(":", 1)[1] for name in names if ":" in name and "::" not in name]
 
 
 def test_a_function_reading_pooled_output_only_skips_the_full_last_block(tmp_path):

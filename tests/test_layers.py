@@ -16,11 +16,12 @@ from keras_bert.model import attention, layers, packing
 
 # Which ops the optimised graph of a 3-block encoder ran, as JSON (null: TensorFlow has no oneDNN).
 _FUSED_OPS = """
-import glob, json, sys
+import json, sys
 import numpy as np, tensorflow as tf
 from tensorflow.python.util import _pywrap_util_port
-from tensorflow.tsl.profiler.protobuf import xplane_pb2
 from keras_bert import BertEncoder
+sys.path.insert(0, "tests")
+from op_trace import ops_run
 if not _pywrap_util_port.IsMklEnabled():
     print(json.dumps(None))
     sys.exit()
@@ -34,12 +35,7 @@ forward(x).numpy()
 tf.profiler.experimental.start(sys.argv[1])
 forward(x).numpy()
 tf.profiler.experimental.stop()
-space = xplane_pb2.XSpace()
-trace = max(glob.glob(f"{sys.argv[1]}/**/*.xplane.pb", recursive=True))
-space.ParseFromString(open(trace, "rb").read())
-names = [plane.event_metadata[event.metadata_id].name for plane in space.planes
-         for line in plane.lines if line.name.startswith("tf_Compute") for event in line.events]
-print(json.dumps([name.rsplit(":", 1)[1] for name in names if ":" in name and "::" not in name]))
+print(json.dumps(ops_run(sys.argv[1])))
 """
 
 

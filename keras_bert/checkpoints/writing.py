@@ -112,7 +112,7 @@ def move_in(work, folder, config):
 
 
 def undo_interrupted_save(folder):
-    """Where a save was killed while it moved files (`_move_in`), puts the old checkpoint back:
+    """Where a save was killed while it moved files (`move_in`), puts the old checkpoint back:
     the new files it had moved in are removed and the old ones return. Where it had finished
     (its config is in place), only the old files are removed."""
     for aside in glob.glob(os.path.join(folder, ASIDE + "*")):
