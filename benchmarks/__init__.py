@@ -22,13 +22,11 @@ flags.DEFINE_string("results", None, "Also append the report, with the date, the
 def cpu_name():
     """The CPU's model name and its bfloat16 and AVX-512 flags, as /proc/cpuinfo gives them
     (the machine's processor name where there is no /proc/cpuinfo)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            info = f.read()
-    except OSError:
+    from keras_bert.training.distribute import cpu_fields  # not at import: workers of PyTorch
+
+    fields = cpu_fields()
+    if fields is None:
         return platform.processor() or platform.machine()
-    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-    fields = {key.strip(): value.strip() for key, value in fields.items()}
     cpu_flags = set(fields.get("flags", "").split())
     isa = [name for name in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if name in cpu_flags]
     return f"{fields.get('model name', 'unknown')} ({', '.join(isa)}; {os.cpu_count()} cores)"

@@ -80,6 +80,21 @@ def is_tpu(strategy):
 CPU_INFO = "/proc/cpuinfo"
 
 
+def cpu_fields(cpu_info=CPU_INFO):
+    """The first core's fields of `cpu_info` (Linux's /proc/cpuinfo: "model name", "flags",
+    "vendor_id"...) as {name: value}; None where it cannot be read."""
+    try:
+        with open(cpu_info, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    fields = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())  # the first core's
+    return fields
+
+
 def cpu_bfloat16_is_fast(cpu_info=None):
     """Whether this CPU's bfloat16 matrix products outrun its float32 ones, and why, read from
     the CPU's flags in `cpu_info` (Linux's /proc/cpuinfo).
@@ -90,15 +105,9 @@ def cpu_bfloat16_is_fast(cpu_info=None):
     Returns (bool, reason).
     """
     cpu_info = cpu_info or CPU_INFO
-    try:
-        with open(cpu_info, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
+    fields = cpu_fields(cpu_info)
+    if fields is None:
         return False, f"{cpu_info} is unreadable, so the CPU's bfloat16 support is unknown"
-    fields = {}
-    for line in lines:
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())  # the first core's
     flags = set(fields.get("flags", "").split())
     if "amx_bf16" in flags:
         return True, "the CPU has AMX"
