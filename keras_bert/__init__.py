@@ -56,6 +56,7 @@ from keras_bert.models.token_classifier import BertTokenClassifier
 from keras_bert.text.packer import BertPacker
 from keras_bert.text.preprocessing import BertMultipleChoicePreprocessor, BertPreprocessor
 from keras_bert.text.tokenizer import BertTokenizer
+from keras_bert.text.windows import BertWindowsPreprocessor
 from keras_bert.training.optimization import WarmupLinearDecay, create_optimizer
 from keras_bert.training.pretraining import sentence_pairs
 
@@ -72,6 +73,7 @@ __all__ = [
     "BertPretrainingPreprocessor",
     "BertQuestionAnswerer",
     "BertTokenClassifier",
+    "BertWindowsPreprocessor",
     "SpanWindows",
     "WordTagger",
     "BertTokenizer",

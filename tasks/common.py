@@ -171,9 +171,36 @@ class Split:
         return int(np.sum(cut))
 
 
+def define_window_flags():
+    """Defines --max_windows and --window_stride, for a binary whose models can read whole
+    texts (keras_bert.BertWindowsPreprocessor)."""
+    flags.DEFINE_integer("max_windows", None, "Read each text whole, in up to this many windows "
+                         "of --max_seq_length tokens (of a pair, the second text; the first is in "
+                         "every window), and score it by the mean of its windows' logits. "
+                         "Default: texts are cut at --max_seq_length.")  # fmt: skip
+    flags.DEFINE_integer("window_stride", None, "With --max_windows: tokens between the starts "
+                         "of a text's windows. Default: half a window, so that windows overlap "
+                         "by half.")  # fmt: skip
+
+
+def check_window_flags():
+    check_at_least_one(["max_windows", "window_stride"])
+    if FLAGS.window_stride is not None and FLAGS.max_windows is None:
+        raise app.UsageError("--window_stride is the step between windows: pass --max_windows "
+                             "too")  # fmt: skip
+
+
 def log_truncated(preprocessor, splits, text_keys):
-    """Logs how many examples of each (name, split) --max_seq_length truncates."""
+    """Logs how many examples of each (name, split) --max_seq_length truncates, or where texts
+    are read in windows, how many need more than --max_windows."""
     for name, split in splits:
+        if hasattr(preprocessor, "max_windows"):
+            cut = int(np.sum(preprocessor.cut([split.texts[k] for k in text_keys]).numpy()))
+            logging.info("%d of %d %s examples need more than --max_windows=%d windows of "
+                         "--max_seq_length=%d tokens, and their ends are not read", cut,
+                         len(split), name, preprocessor.max_windows,
+                         preprocessor.sequence_length)  # fmt: skip
+            continue
         cut = split.count_truncated(preprocessor, text_keys)
         logging.info("%d of %d %s examples have more than --max_seq_length=%d tokens and are "
                      "truncated (longest segment first)", cut, len(split), name,

@@ -6,6 +6,7 @@ Reads the standard GLUE folder layout (train.tsv, dev.tsv, test.tsv; MNLI's dev_
 friends) or, with --tfds, the `glue/<task>` datasets of tensorflow-datasets prepared locally.
 With --do_predict, writes the test predictions in the GLUE submission format (<TASK>.tsv with
 `index` and `prediction`; for MNLI also the AX diagnostic set, from --diagnostic_file).
+With --max_windows, texts longer than --max_seq_length are read whole, in windows.
 """
 
 import csv
@@ -30,6 +31,7 @@ flags.DEFINE_string("data_dir", None, "Folder with the task's train.tsv, dev.tsv
 flags.DEFINE_bool("tfds", False, "Read glue/<task> from tensorflow-datasets instead of TSVs.")
 flags.DEFINE_string("tfds_data_dir", None, "tensorflow-datasets data_dir (prepared locally).")
 flags.DEFINE_string("diagnostic_file", None, "AX diagnostic.tsv, predicted with an MNLI model.")
+common.define_window_flags()
 flags.adopt_module_key_flags(common)
 
 
@@ -221,20 +223,6 @@ def load_splits(task):
     return train, dev, test
 
 
-def compute_metrics(task, logits, labels):
-    if task.labels is None:
-        scores = logits[:, 0]
-        return {"pearson": glue_metrics.pearson(scores, labels),
-                "spearman": glue_metrics.spearman(scores, labels)}  # fmt: skip
-    predictions = np.argmax(logits, axis=-1)
-    results = {"accuracy": glue_metrics.accuracy(predictions, labels)}
-    if "f1" in task.metrics:
-        results["f1"] = glue_metrics.f1(predictions, labels)
-    if "mcc" in task.metrics:
-        results["mcc"] = glue_metrics.matthews(predictions, labels)
-    return results
-
-
 def write_submission(path, task, ids, logits):
     if task.labels is None:
         rows = [f"{i}\t{score:.3f}" for i, score in zip(ids, logits[:, 0])]
@@ -261,6 +249,7 @@ class GlueBinary(driver.TaskBinary):
         if FLAGS.diagnostic_file and not (self.task.name == "MNLI" and FLAGS.do_predict):
             raise app.UsageError("--diagnostic_file (AX) is read only by an MNLI run with "
                                  "--do_predict")  # fmt: skip
+        common.check_window_flags()
         super().check_flags()
 
     def prepare(self):
@@ -274,7 +263,7 @@ class GlueBinary(driver.TaskBinary):
                                    with_labels=False)  # fmt: skip
 
     def metrics(self, logits, labels):
-        return compute_metrics(self.task, logits, labels)
+        return glue_metrics.compute(self.task, logits, labels)
 
     def training_files(self):
         return [] if FLAGS.tfds else [os.path.join(FLAGS.data_dir, "train.tsv")]
@@ -287,7 +276,8 @@ class GlueBinary(driver.TaskBinary):
         return BertClassifier.from_checkpoint(
             common.checkpoint_path(), len(labels) if labels else 1,
             sequence_length=FLAGS.max_seq_length, num_segments=len(self.task.text_columns),
-            do_lower_case=FLAGS.do_lower_case, labels=labels, name=self.name)  # fmt: skip
+            do_lower_case=FLAGS.do_lower_case, labels=labels, max_windows=FLAGS.max_windows,
+            stride=FLAGS.window_stride, name=self.name)  # fmt: skip
 
     def training_dataset(self, model, training):
         common.log_truncated(model.preprocessor, [("train", training), *self.dev_splits.items()],

@@ -44,3 +44,18 @@ def ranks(values):
 
 def spearman(x, y):
     return pearson(ranks(np.asarray(x)), ranks(np.asarray(y)))
+
+
+def compute(task, logits, labels):
+    """A GLUE task's metrics (a `tasks.glue.Task`'s `metrics`) of logits (examples, classes),
+    or for regression scores (examples, 1), against labels (examples,)."""
+    if task.labels is None:
+        scores = logits[:, 0]
+        return {"pearson": pearson(scores, labels), "spearman": spearman(scores, labels)}
+    predictions = np.argmax(logits, axis=-1)
+    results = {"accuracy": accuracy(predictions, labels)}
+    if "f1" in task.metrics:
+        results["f1"] = f1(predictions, labels)
+    if "mcc" in task.metrics:
+        results["mcc"] = matthews(predictions, labels)
+    return results

@@ -166,6 +166,12 @@ def runs(tiny_checkpoint, export, scratch):
                              "--nocreation"),
         "tricks": bench("tricks", f"--checkpoint={tiny_checkpoint}", "--rounds=1",
                         "--examples=4", "--threads=1"),
+        "long_texts": bench("long_texts", f"--glue_dir={os.path.join(DATA, 'glue')}",
+                            f"--squad_file={os.path.join(DATA, 'squad', 'dev-v1.1.json')}",
+                            f"--checkpoint={tiny_checkpoint}", "--train_texts=4",
+                            "--test_texts=4", "--filler_words=30", "--late_tokens=15",
+                            "--sequence_length=16", "--max_windows=3", "--batch_size=2",
+                            "--epochs=1"),
     }  # fmt: skip
     for i, (flags, _, _) in enumerate(REFUSALS):
         requests[f"refusal_{i}"] = bench("peers", "--bench=products", *flags)
@@ -287,6 +293,14 @@ def test_the_pretraining_bench_times_both_precisions(runs):
     for precision in timed.values():
         steps = precision["keras_bert"]
         assert math.isclose(steps["tokens_per_s"], 32 * 64 * steps["steps_per_s"], rel_tol=1e-6)
+
+
+def test_the_long_texts_bench_scores_each_model_on_early_and_late_sentences(runs):
+    report = json.loads(report_of(runs, "long_texts"))
+    assert [run["variant"] for run in report["runs"]] == ["truncate", "mean", "max"]
+    for run in report["runs"]:
+        parts = [run["early_accuracy"], run["late_accuracy"]]
+        assert all(0.0 <= v <= 1.0 for v in parts) and run["accuracy"] == np.mean(parts)
 
 
 def test_the_special_paths_bench_exports_each_variant(runs):

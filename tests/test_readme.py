@@ -64,6 +64,7 @@ def test_encode_job_warns_of_each_sentence_it_truncates():
 HELP_FLAGS = [
     ("tasks.encode", ["--checkpoint", "--sentences", "--max_seq_length", "--pooling"]),
     ("tasks.glue", ["--task_name", "--data_dir", "--tfds", "--init_checkpoint", "--output_dir",
+                    "--max_windows", "--window_stride",
                     "--strategy", "--mixed_precision", "--learning_rate", "--bucket_by_length"]),
     ("tasks.swag", ["--train_file", "--dev_file", "--init_checkpoint", "--strategy"]),
     ("tasks.squad", ["--train_file", "--predict_file", "--version_2_with_negative",

@@ -183,6 +183,37 @@ class FoldChoices(keras.layers.Layer):
 
 
 @_SERIALIZABLE
+class CombineWindows(keras.layers.Layer):
+    """A text's window logits -> the text's logits: their mean or their max over the text's
+    windows (those whose `input_mask` has a real token).
+
+    Call with logits float32 (batch * windows, classes), as the windows were folded
+    (`FoldChoices`), and input_mask int (batch, windows, seq); returns float32
+    (batch, classes)."""
+
+    def __init__(self, pooling="mean", **kwargs):
+        super().__init__(**kwargs)
+        if pooling not in ("mean", "max"):
+            raise ValueError(f"window_pooling must be 'mean' or 'max', got {pooling!r}")
+        self.pooling = pooling
+
+    def call(self, logits, input_mask):
+        shape = ops.shape(input_mask)
+        logits = ops.reshape(logits, (shape[0], shape[1], -1))  # (batch, windows, classes)
+        real = ops.any(input_mask > 0, axis=-1)[:, :, None]
+        if self.pooling == "max":
+            return ops.max(ops.where(real, logits, float("-inf")), axis=1)
+        count = ops.sum(ops.cast(real, logits.dtype), axis=1)
+        return ops.sum(ops.where(real, logits, 0.0), axis=1) / ops.maximum(count, 1.0)
+
+    def compute_output_shape(self, logits_shape, input_mask_shape):
+        return (input_mask_shape[0], logits_shape[-1])
+
+    def get_config(self):
+        return {**super().get_config(), "pooling": self.pooling}
+
+
+@_SERIALIZABLE
 class SpanLabelerHead(keras.layers.Layer):
     """Start and end logits for every position (SQuAD): (batch, seq, hidden) in, a dict of two
     float32 (batch, seq) tensors out, `start_logits` and `end_logits`.

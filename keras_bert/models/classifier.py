@@ -13,10 +13,11 @@ import tensorflow as tf
 from keras_bert import serving
 from keras_bert.model.config import whole_number
 from keras_bert.model.encoder import INPUT_NAMES
-from keras_bert.model.heads import ClassifierHead, FoldChoices, MultipleChoiceHead
+from keras_bert.model.heads import ClassifierHead, CombineWindows, FoldChoices, MultipleChoiceHead
 from keras_bert.models.pretrained import load_pretrained
 from keras_bert.models.task import BertTask
 from keras_bert.text.preprocessing import BertMultipleChoicePreprocessor, BertPreprocessor
+from keras_bert.text.windows import BertWindowsPreprocessor
 from keras_bert.training import batching
 from keras_bert.training.batching import check_class_ids, class_ids
 
@@ -35,18 +36,28 @@ class BertClassifier(BertTask):
     """The pooled [CLS] output, dropout and a dense layer: float32 (batch, num_classes) logits.
 
     `num_classes=1` is regression (one unbounded score, as STS-B needs; mean squared error).
+
+    With a `BertWindowsPreprocessor` (`from_checkpoint(..., max_windows=N)`) the classifier
+    reads whole texts: each window of a text is encoded and scored on its own, and the text's
+    logits are the mean (or max, `window_pooling`) of its windows'. A text is one example in
+    training too: its windows share its label and its one loss. Its inputs are then int32
+    (batch, windows, seq), and an export also returns `cut` (the text was longer than
+    `max_windows` windows).
+
     Args:
       encoder: a `BertEncoder`.
-      preprocessor: a `BertPreprocessor` (its `num_segments` says single texts or pairs).
+      preprocessor: a `BertPreprocessor` (its `num_segments` says single texts or pairs), or
+        a `BertWindowsPreprocessor`.
       num_classes: classes, or 1 for regression.
       labels: optional names of the classes, which an export returns beside their ids.
       dropout: dropout before the dense layer (default: the encoder's hidden dropout).
+      window_pooling: "mean" or "max": how window logits make a text's (windows only).
     """
 
     ENCODER_OUTPUTS = ("pooled_output_only",)
 
     def __init__(self, encoder, preprocessor, num_classes=2, labels=None, dropout=None,
-                 **kwargs):  # fmt: skip
+                 window_pooling="mean", **kwargs):  # fmt: skip
         num_classes = whole_number(num_classes, 1, "num_classes", " (1 for regression)")
         if labels is not None and len(labels) != num_classes:
             raise ValueError(f"{len(labels)} labels for {num_classes} classes")
@@ -57,10 +68,17 @@ class BertClassifier(BertTask):
         # === Layers ===
         head = ClassifierHead(num_classes, dropout, encoder.config.initializer_range,
                               dtype=encoder.policy, name="classifier")  # fmt: skip
+        windowed = isinstance(preprocessor, BertWindowsPreprocessor)
+        combine = CombineWindows(window_pooling, dtype="float32", name="windows")
         # === Graph ===
-        inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in INPUT_NAMES}
+        shape = (None, None) if windowed else (None,)  # (windows, seq) or (seq,) an example
+        inputs = {name: keras.Input(shape, dtype="int32", name=name) for name in INPUT_NAMES}
+        encoded = {n: FoldChoices(name=f"fold_{n}")(x) for n, x in inputs.items()} if (
+            windowed) else inputs  # fmt: skip
         # pooled_output_only: the last block computes the [CLS] token alone (encoder.py).
-        outputs = head(encoder(inputs)["pooled_output_only"])
+        outputs = head(encoder(encoded)["pooled_output_only"])
+        if windowed:
+            outputs = combine(outputs, inputs["input_mask"])
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         # === Config ===
         self.encoder = encoder
@@ -69,15 +87,27 @@ class BertClassifier(BertTask):
         self.num_classes = num_classes
         self.labels = None if labels is None else [str(label) for label in labels]
         self.dropout = dropout
+        self.windowed = windowed
+        self.window_pooling = window_pooling
 
     @classmethod
     def from_checkpoint(cls, path, num_classes=2, *, sequence_length=128, num_segments=1,
-                        do_lower_case=None, **kwargs):  # fmt: skip
+                        do_lower_case=None, max_windows=None, stride=None, **kwargs):  # fmt: skip
         """A classifier on a pre-trained checkpoint (Google, Hugging Face or keras-bert folder)
-        with a new head; `num_segments=2` for sentence pairs."""
+        with a new head; `num_segments=2` for sentence pairs. With `max_windows`, texts are
+        read whole, in up to that many windows of `sequence_length` tokens, each `stride`
+        tokens after the one before (`BertWindowsPreprocessor`); without, they are cut at
+        `sequence_length`."""
         encoder, tokenizer, _ = load_pretrained(path, do_lower_case, sequence_length)
-        preprocessor = BertPreprocessor.from_tokenizer(tokenizer, sequence_length,
-                                                       num_segments=num_segments)  # fmt: skip
+        if max_windows is None:
+            if stride is not None:
+                raise ValueError("stride is the step between windows: pass max_windows too")
+            preprocessor = BertPreprocessor.from_tokenizer(tokenizer, sequence_length,
+                                                           num_segments=num_segments)  # fmt: skip
+        else:
+            preprocessor = BertWindowsPreprocessor.from_tokenizer(
+                tokenizer, sequence_length, num_segments=num_segments, max_windows=max_windows,
+                stride=stride)  # fmt: skip
         return cls(encoder, preprocessor, num_classes, **kwargs)
 
     def encode_targets(self, y):
@@ -143,16 +173,20 @@ class BertClassifier(BertTask):
 
     def serving_functions(self):
         def from_text(*texts):
-            return self.serving_outputs(self(self.preprocessor(list(texts)), training=False))
+            if not self.windowed:
+                return self.serving_outputs(self(self.preprocessor(list(texts)), training=False))
+            inputs, cut = self.preprocessor.windows(list(texts))
+            return {**self.serving_outputs(self(inputs, training=False)), "cut": cut}
 
+        ids_shape = (None, None, None) if self.windowed else (None, None)
         return {
             "serving_default": (from_text, serving.text_specs(self.preprocessor.text_names)),
-            "serve_token_ids": self.token_id_function(self.serving_outputs),
+            "serve_token_ids": self.token_id_function(self.serving_outputs, ids_shape),
         }
 
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes, "labels": self.labels,
-                "dropout": self.dropout}  # fmt: skip
+                "dropout": self.dropout, "window_pooling": self.window_pooling}  # fmt: skip
 
 
 @_SERIALIZABLE

@@ -1,0 +1,131 @@
+"""Texts longer than a sequence: each cut into overlapping windows of tokens, each window
+packed as a sequence of its own, for models that read a whole text (`BertClassifier` made with
+`max_windows`).
+
+A text's tokens are split as the original run_squad.py splits a passage: windows of the
+positions left after [CLS] and the [SEP]s (and, for pairs, the first text), each starting
+`stride` tokens after the one before; at most `max_windows` of them, and `cut` says which texts
+needed more (their ends are not read).
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_bert.model.config import whole_number
+from keras_bert.model.encoder import INPUT_NAMES
+from keras_bert.text.packer import same_batch
+from keras_bert.text.preprocessing import BertPreprocessor
+
+_SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
+
+
+def window_spans(lengths, room, step, max_windows):
+    """Where each text's windows lie.
+
+    Args:
+      lengths: int64 (batch,), tokens of each text.
+      room: int64 (batch,), tokens a window of that text holds.
+      step: int64 (batch,), tokens between the starts of its windows (at most `room`).
+      max_windows: windows a text gets at most.
+
+    Returns (example, starts, sizes, cut): int64 (windows,) the text each window comes from,
+    its first token and its token count; bool (batch,) whether a text needed more than
+    `max_windows` windows. Every text has at least one window (an empty text's is empty).
+    """
+    needed = 1 + tf.maximum(lengths - room + step - 1, 0) // step
+    counts = tf.minimum(needed, max_windows)
+    example = tf.repeat(tf.range(tf.size(counts, out_type=tf.int64)), counts)
+    starts = tf.ragged.range(counts).flat_values * tf.gather(step, example)
+    sizes = tf.minimum(tf.gather(room, example), tf.gather(lengths, example) - starts)
+    return example, starts, tf.maximum(sizes, 0), needed > max_windows
+
+
+def take_windows(ids, example, starts, sizes):
+    """The windows' tokens, ragged (windows, (tokens)), of texts' ids ragged (batch, (tokens))."""
+    positions = tf.ragged.range(starts, starts + sizes)
+    # On flat values: a ragged + dense op traces TensorFlow's ragged shape broadcasting.
+    offset = tf.gather(ids.row_starts(), example)
+    flat = positions.flat_values + tf.gather(offset, positions.value_rowids())
+    return positions.with_flat_values(tf.gather(ids.flat_values, flat))
+
+
+@_SERIALIZABLE
+class BertWindowsPreprocessor(BertPreprocessor):
+    """A `BertPreprocessor` that reads whole texts. Each text (of a pair, the second; the first
+    is cut to `first_text_length` tokens and packed into every window) is cut into
+    overlapping windows, each packed as a sequence of its own.
+
+    Args:
+      tokenizer, packer, num_segments: as `BertPreprocessor`'s; the packer's
+        `sequence_length` is a window's.
+      max_windows: windows a text is read in at most; a longer text's end is not read.
+      stride: tokens between the starts of a text's windows, at most a window's room for
+        text; default half of it, so that each token after the first half-window is read
+        twice.
+
+    Call as a `BertPreprocessor`; returns encoder inputs int32 (batch, windows, seq), windows
+    the batch's most, a shorter text's extra windows all 0 (`input_mask` 0). `windows(x)`
+    also returns `cut`, bool (batch,): which texts needed more than `max_windows` windows.
+    """
+
+    def __init__(self, tokenizer, packer, num_segments=1, max_windows=8, stride=None,
+                 **kwargs):  # fmt: skip
+        super().__init__(tokenizer, packer, num_segments, **kwargs)
+        self.max_windows = whole_number(max_windows, 1, "max_windows")
+        room = self.sequence_length - 1 - num_segments - (
+            self.first_text_length if num_segments == 2 else 0)  # fmt: skip
+        if stride is not None:
+            whole_number(stride, 1, "stride", f" (tokens between window starts: 1 to {room})")
+            if stride > room:
+                raise ValueError(f"stride={stride} skips text: a window of sequence_length="
+                                 f"{self.sequence_length} holds {room} tokens of it; pass a "
+                                 f"stride of at most {room}")  # fmt: skip
+        self.stride = stride
+
+    @property
+    def first_text_length(self):
+        """Tokens a pair's first text keeps; each window holds the second's in the rest."""
+        return (self.sequence_length - 3) // 2
+
+    def graph_settings(self):
+        return (*super().graph_settings(), self.max_windows, self.stride)
+
+    def call(self, x):
+        return self.windows(x)[0]
+
+    def windows(self, x):
+        """Texts as `call` takes them -> (encoder inputs int32 (batch, windows, seq), `cut`
+        bool (batch,))."""
+        first, ids, spans = self._spans(x)
+        example, starts, sizes, cut = spans
+        parts = [take_windows(ids, example, starts, sizes)]
+        if first is not None:
+            parts.insert(0, tf.gather(first, example))
+        packed = self.packer(*parts)  # (windows, seq)
+        batch = tf.size(cut, out_type=tf.int64)
+        inputs = {name: tf.RaggedTensor.from_value_rowids(packed[name], example, batch).to_tensor()
+                  for name in INPUT_NAMES}  # fmt: skip
+        return inputs, cut
+
+    def cut(self, x):
+        """bool (batch,): which texts need more than `max_windows` windows (their ends are not
+        read), found without packing any."""
+        return self._spans(x)[2][3]
+
+    def _spans(self, x):
+        """(a pair's first texts' ids, cut to `first_text_length`, or None; the windowed texts'
+        ids; `window_spans` of them)."""
+        segments = self.segments(x)
+        ids = self.tokenizer(segments[-1])
+        lengths = ids.row_lengths()
+        room = tf.fill(tf.shape(lengths), tf.constant(self.sequence_length - 2, tf.int64))
+        first = None
+        if self.num_segments == 2:
+            with tf.control_dependencies([same_batch(*segments, "first and second texts")]):
+                first = self.tokenizer(segments[0])[:, : self.first_text_length]
+            room = room - 1 - first.row_lengths()
+        step = room // 2 if self.stride is None else tf.minimum(room, self.stride)
+        return first, ids, window_spans(lengths, room, tf.maximum(step, 1), self.max_windows)
+
+    def get_config(self):
+        return {**super().get_config(), "max_windows": self.max_windows, "stride": self.stride}

@@ -1,0 +1,191 @@
+"""Classifiers that read whole texts: windows (keras_bert.text.windows), their logits combined
+into the text's, in fit, evaluate, predict, a saved file and an export."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import app
+from conftest import DATA
+
+import keras_bert
+from keras_bert.model.encoder import INPUT_NAMES
+from keras_bert.text.windows import window_spans
+
+CAT = "the cat sat on the mat"  # 6 tokens of MiniLM's vocabulary
+LONG = f"{CAT} a dog {CAT} a dog ! {CAT} the dog sat {CAT}"  # 33 tokens
+
+
+def original_doc_spans(length, room, stride):
+    """(start, size) of each window, as the original run_squad.py's loop makes them."""
+    spans, start = [], 0
+    while start < length:
+        size = min(length - start, room)
+        spans.append((start, size))
+        if start + size == length:
+            break
+        start += min(size, stride)
+    return spans
+
+
+@pytest.mark.parametrize("room, stride", [(14, 7), (14, 14), (14, 5), (5, 1)])
+def test_windows_lie_where_the_original_code_puts_them(room, stride):
+    lengths = [1, 5, 13, 14, 15, 21, 22, 40, 97]
+    batch = len(lengths)
+    example, starts, sizes, cut = window_spans(
+        tf.constant(lengths, tf.int64), tf.fill([batch], tf.constant(room, tf.int64)),
+        tf.fill([batch], tf.constant(stride, tf.int64)), 6)  # fmt: skip
+    got = {}
+    for e, s, n in zip(example.numpy(), starts.numpy(), sizes.numpy()):
+        got.setdefault(int(e), []).append((int(s), int(n)))
+    for i, length in enumerate(lengths):
+        spans = original_doc_spans(length, room, stride)
+        assert got[i] == spans[:6]
+        assert bool(cut[i]) == (len(spans) > 6)
+
+
+def test_an_empty_text_has_one_empty_window():
+    example, _, sizes, cut = window_spans(*(tf.constant([v], tf.int64) for v in (0, 14, 7)), 4)
+    assert example.numpy().tolist() == [0] and sizes.numpy().tolist() == [0]
+    assert not cut.numpy()[0]
+
+
+@pytest.fixture(scope="module")
+def models(tiny_checkpoint):
+    """A classifier reading up to 4 windows of 16 tokens, and a plain one with the same
+    weights (its encoder and head), which reads one."""
+    windowed = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=3,
+                                                         sequence_length=16, max_windows=4)
+    plain = keras_bert.BertClassifier(windowed.encoder, keras_bert.BertPreprocessor.from_tokenizer(
+        windowed.preprocessor.tokenizer, 16), num_classes=3)  # fmt: skip
+    plain.head.set_weights(windowed.head.get_weights())
+    return windowed, plain
+
+
+def test_windows_hold_the_whole_text_and_a_pairs_first_text_in_each(models):
+    tokenizer = models[0].preprocessor.tokenizer
+    windowed = models[0]
+    inputs, cut = windowed.preprocessor.windows([LONG, CAT, LONG + " " + LONG])
+    assert inputs["input_word_ids"].shape == (3, 4, 16)
+    assert cut.numpy().tolist() == [False, False, True]
+    ids = inputs["input_word_ids"].numpy()
+    tokens = tokenizer([LONG]).flat_values.numpy().tolist()
+    # Windows of 14 tokens, each 7 after the one before: the halves of window k + 1 and k meet.
+    read = ids[0, 0, 1:15].tolist() + [t for w in ids[0, 1:] for t in w[8:15] if t]
+    assert read[: len(tokens)] == tokens
+    assert ids[1, 0, 1:7].tolist() == tokenizer([CAT]).flat_values.numpy().tolist()
+    assert not inputs["input_mask"].numpy()[1, 1:].any()  # a short text's other windows are 0
+    pairs = keras_bert.BertWindowsPreprocessor.from_tokenizer(
+        tokenizer, 16, num_segments=2, max_windows=8)  # fmt: skip
+    first_ids = tokenizer(["a dog"]).flat_values.numpy().tolist()
+    pair_inputs, _ = pairs.windows((["a dog"], [LONG]))
+    for window in pair_inputs["input_word_ids"].numpy()[0]:
+        if window.any():
+            assert window[1:3].tolist() == first_ids and window[3] == tokenizer.sep_id
+
+
+def test_a_text_of_one_window_scores_as_the_plain_classifier(models):
+    windowed, plain = models
+    texts = [CAT, "a dog", ""]
+    np.testing.assert_allclose(windowed.predict(texts, verbose=0), plain.predict(texts, verbose=0),
+                               atol=1e-6)  # fmt: skip
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_a_texts_logits_combine_its_windows_logits(models, pooling):
+    windowed, plain = models
+    windowed.get_layer("windows").pooling = pooling
+    try:
+        inputs, _ = windowed.preprocessor.windows([LONG, CAT])
+        got = windowed(inputs, training=False).numpy()
+    finally:
+        windowed.get_layer("windows").pooling = "mean"
+    for row in range(2):
+        real = inputs["input_mask"].numpy()[row, :, 0] > 0
+        each = plain({n: inputs[n][row][real] for n in INPUT_NAMES}, training=False).numpy()
+        assert len(each) == (4 if row == 0 else 1)
+        expected = each.mean(0) if pooling == "mean" else each.max(0)
+        np.testing.assert_allclose(got[row], expected, atol=1e-6)
+
+
+def test_a_long_text_is_one_example_in_training(tiny_checkpoint, tmp_path):
+    model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=2,
+                                                      sequence_length=16, max_windows=4,
+                                                      dropout=0.0)  # fmt: skip
+    texts, labels = [LONG, CAT, "a dog", LONG + " " + LONG], np.array([1, 0, 0, 1])
+    weights = np.array([1.0, 2.0, 0.5, 1.0])
+    model.compile(learning_rate=1e-2, total_steps=40)
+    # The loss is each text's cross-entropy (its windows' combined logits), weighted per text
+    # and averaged over the texts (Keras's sum_over_batch_size), not over their windows.
+    logits = model.predict(texts, verbose=0)
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = -(weights * log_p[np.arange(4), labels]).sum() / len(texts)
+    loss = model.evaluate(texts, labels, sample_weight=weights, batch_size=4, verbose=0)[0]
+    assert loss == pytest.approx(expected, rel=1e-4)
+    history = model.fit(texts, labels, batch_size=2, epochs=20, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    after = model.predict(texts, verbose=0)
+    # Saved and loaded, and exported: the same scores, and `cut` says which text was cut.
+    path = str(tmp_path / "long.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(loaded.predict(texts, verbose=0), after, atol=1e-5)
+    served = tf.saved_model.load(model.export(str(tmp_path / "exported")))
+    answer = served.signatures["serving_default"](sentence=tf.constant(texts))
+    np.testing.assert_allclose(answer["probabilities"].numpy(), tf.nn.softmax(after).numpy(),
+                               atol=1e-5)  # fmt: skip
+    assert answer["cut"].numpy().tolist() == [False, False, False, True]
+    ids = served.signatures["serve_token_ids"](
+        **{n: v for n, v in model.preprocessor.windows(texts)[0].items()})  # fmt: skip
+    np.testing.assert_allclose(ids["probabilities"].numpy(), tf.nn.softmax(after).numpy(),
+                               atol=1e-5)  # fmt: skip
+
+
+def test_bad_window_settings_are_refused_in_one_line(tiny_checkpoint):
+    cases = [
+        ({"max_windows": 0}, "max_windows must be a whole number of at least 1, got 0"),
+        ({"max_windows": 4, "stride": 15},
+         ("stride=15 skips text: a window of sequence_length=16 holds 14 tokens of it; pass a "
+          "stride of at most 14")),
+        ({"stride": 4}, "stride is the step between windows: pass max_windows too"),
+        ({"max_windows": 2, "window_pooling": "sum"},
+         "window_pooling must be 'mean' or 'max', got 'sum'"),
+    ]  # fmt: skip
+    for kwargs, message in cases:
+        with pytest.raises(ValueError) as error:
+            keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, sequence_length=16,
+                                                      **kwargs)  # fmt: skip
+        assert str(error.value) == message
+
+
+def test_the_glue_binary_reads_whole_texts_in_windows(tmp_path, tiny_checkpoint, flags_parsed,
+                                                      caplog):  # fmt: skip
+    from tasks import glue, trainer
+
+    flags_parsed.task_name = "SST-2"
+    flags_parsed.data_dir = os.path.join(DATA, "glue", "SST-2")
+    flags_parsed.output_dir = str(tmp_path / "run")
+    flags_parsed.init_checkpoint = tiny_checkpoint
+    flags_parsed.max_seq_length = 8  # SST-2's sentences then take several windows
+    flags_parsed.max_windows = 3
+    flags_parsed.num_train_epochs = 1
+    flags_parsed.train_batch_size = 16
+    with caplog.at_level("INFO", logger="absl"):
+        results = glue.run(glue.get_task("SST-2"))
+    assert 0 <= results["dev"]["accuracy"] <= 1
+    logged = [r.getMessage() for r in caplog.records if "--max_windows=3" in r.getMessage()]
+    assert len(logged) == 2 and all(" windows of --max_seq_length=8 tokens" in m for m in logged)
+    model = trainer.load_run(str(tmp_path / "run"))
+    assert model.preprocessor.max_windows == 3 and model.windowed
+    # The dev score is that of the saved model reading whole texts.
+    dev = glue.read_tsv(os.path.join(DATA, "glue", "SST-2", "dev.tsv"), glue.get_task("SST-2"),
+                        True)  # fmt: skip
+    logits = model.predict(dev.texts["sentence"], verbose=0)
+    assert results["dev"]["accuracy"] == np.mean(logits.argmax(-1) == dev.labels)
+    flags_parsed.max_windows = None
+    flags_parsed.window_stride = 2
+    with pytest.raises(app.UsageError, match="--window_stride is the step between windows: "
+                       "pass --max_windows too"):  # fmt: skip
+        glue.run(glue.get_task("SST-2"))
