@@ -171,13 +171,15 @@ class Split:
         return int(np.sum(cut))
 
 
-def define_window_flags():
+def define_window_flags(how):
     """Defines --max_windows and --window_stride, for a binary whose models can read whole
-    texts (keras_bert.BertWindowsPreprocessor)."""
+    texts; `how` says, in the help, what is made of the windows. (Once a process: a test that
+    imports two such binaries keeps the first one's help.)"""
+    if "max_windows" in FLAGS:
+        return
     flags.DEFINE_integer("max_windows", None, "Read each text whole, in up to this many windows "
-                         "of --max_seq_length tokens (of a pair, the second text; the first is in "
-                         "every window), and score it by the mean of its windows' logits. "
-                         "Default: texts are cut at --max_seq_length.")  # fmt: skip
+                         f"of --max_seq_length tokens, {how}. Default: texts are cut at "
+                         "--max_seq_length.")  # fmt: skip
     flags.DEFINE_integer("window_stride", None, "With --max_windows: tokens between the starts "
                          "of a text's windows. Default: half a window, so that windows overlap "
                          "by half.")  # fmt: skip

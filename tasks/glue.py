@@ -31,7 +31,8 @@ flags.DEFINE_string("data_dir", None, "Folder with the task's train.tsv, dev.tsv
 flags.DEFINE_bool("tfds", False, "Read glue/<task> from tensorflow-datasets instead of TSVs.")
 flags.DEFINE_string("tfds_data_dir", None, "tensorflow-datasets data_dir (prepared locally).")
 flags.DEFINE_string("diagnostic_file", None, "AX diagnostic.tsv, predicted with an MNLI model.")
-common.define_window_flags()
+common.define_window_flags("each scored, a text's logits the mean of its windows' (of a pair, "
+                            "the second text is windowed; the first is in every window)")
 flags.adopt_module_key_flags(common)
 
 

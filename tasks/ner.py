@@ -7,8 +7,10 @@ Reads CoNLL files: one word per line with its tag in the last column (any number
 same on every line), blank lines between sentences, -DOCSTART- lines between documents. Tags
 may be IOB1 (CoNLL-2003's original files) or IOB2; both are read as IOB2 (an I-X that starts an
 entity becomes B-X). The tag set is the training file's. Each word's tag is learnt and predicted
-on its first word piece; words past --max_seq_length get O. Scores are entity-level: an entity
-counts only with its exact span and type; precision, recall and F1 overall and per type.
+on its first word piece; words past --max_seq_length get O (with --max_windows, past that many
+windows). With --documents, a -DOCSTART- document is one text. Scores are entity-level, by
+sentence: an entity counts only with its exact span and type; precision, recall and F1 overall
+and per type.
 
 Writes metrics.json, TensorBoard logs, and for the dev file (--do_eval) and the test file
 (--do_predict) `dev_predictions.txt` and `test_predictions.txt` in the CoNLL evaluation script's
@@ -36,15 +38,21 @@ flags.DEFINE_string("dev_file", None, "CoNLL file to score after each epoch (wit
                     allow_override=True)
 flags.DEFINE_string("test_file", None, "CoNLL file to predict (and score) with --do_predict.",
                     allow_override=True)
+flags.DEFINE_bool("documents", False, "Read each -DOCSTART- document as one text (its sentences "
+                  "joined), so that every word is tagged in its document's context; with "
+                  "--max_windows to read documents longer than --max_seq_length. Scores and "
+                  "prediction files are by sentence either way.")
+common.define_window_flags("each word tagged from the window where it has the most context")
 UNUSED_FLAGS = {"bucket_by_length": None}  # sentences are batched in a shuffled order
 common.adopt_flags(__name__, UNUSED_FLAGS)
 
 
 def read_conll(path):
-    """Returns a Split: texts `sentence` (words joined by spaces), labels the IOB2 tags of each
+    """Returns a Split: texts `sentence` (words joined by spaces) and `document` (each
+    sentence's document number, counted at -DOCSTART- lines), labels the IOB2 tags of each
     sentence's words (a list of lists of str), ids "<line of the first word>"."""
     text = textfiles.read_text(path, "CoNLL file")
-    sentences, tags, ids = [], [], []
+    sentences, tags, ids, documents = [], [], [], []
     words, word_tags, columns, first_line = [], [], None, None
 
     def end_sentence():
@@ -52,13 +60,17 @@ def read_conll(path):
             sentences.append(" ".join(words))
             tags.append(to_iob2(word_tags))
             ids.append(str(first_line))
+            documents.append(document)
         words.clear()
         word_tags.clear()
 
+    document = 0
     for number, line in enumerate(text.split("\n"), start=1):
         fields = line.split()
         if not fields or fields[0] == "-DOCSTART-":
             end_sentence()
+            if fields and documents and documents[-1] == document:  # after its sentences
+                document += 1
             continue
         if len(fields) < 2:
             raise ValueError(f"{path}:{number}: 1 column; a CoNLL line is a word, optional "
@@ -77,7 +89,28 @@ def read_conll(path):
     end_sentence()
     if not sentences:
         raise ValueError(f"{path} has no sentences")
-    return common.Split({"sentence": sentences}, tags, ids)
+    return common.Split({"sentence": sentences, "document": documents}, tags, ids)
+
+
+def as_documents(split):
+    """`split`'s sentences joined into their documents, one text each (tags joined too)."""
+    texts, tags, ids = [], [], []
+    for i, (sentence, sentence_tags) in enumerate(zip(split.texts["sentence"], split.labels)):
+        if i == 0 or split.texts["document"][i] != split.texts["document"][i - 1]:
+            texts.append([])
+            tags.append([])
+            ids.append(split.ids[i])
+        texts[-1].append(sentence)
+        tags[-1] += sentence_tags
+    return common.Split({"sentence": [" ".join(t) for t in texts]}, tags, ids)
+
+
+def by_sentence(split, document_tags):
+    """Tags predicted for `split`'s documents (as_documents), cut back into its sentences."""
+    lengths = [len(sentence.split(" ")) for sentence in split.texts["sentence"]]
+    flat = [tag for tags in document_tags for tag in tags]
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    return [flat[start:start + n] for start, n in zip(starts, lengths)]
 
 
 def to_iob2(tags):
@@ -138,9 +171,12 @@ def train_dataset(split, model, batch_size):
 
 
 def predict_tags(model, split):
-    """The predicted IOB2 tags of every sentence's words, through the in-graph tagger."""
-    return model.predict(split.texts["sentence"], batch_size=FLAGS.eval_batch_size,
+    """The predicted IOB2 tags of every sentence's words, through the in-graph tagger (with
+    --documents, tagged a document at a time)."""
+    texts = as_documents(split) if FLAGS.documents else split
+    tags = model.predict(texts.texts["sentence"], batch_size=FLAGS.eval_batch_size,
                          verbose=1)["word_tags"]  # fmt: skip
+    return by_sentence(split, tags) if FLAGS.documents else tags
 
 
 class NerMetrics(trainer.DevMetrics):
@@ -170,6 +206,7 @@ class NerBinary(driver.TaskBinary):
     def check_flags(self):
         common.refuse_unused_flags(UNUSED_FLAGS, "NER")
         common.check_split_files({"dev_file": ["do_eval"], "test_file": ["do_predict"]})
+        common.check_window_flags()
         super().check_flags()
 
     def prepare(self):
@@ -183,6 +220,7 @@ class NerBinary(driver.TaskBinary):
             raise app.UsageError("pass --train_file, or --nodo_train to predict with the "
                                  "finished run in --output_dir")  # fmt: skip
         training = read_conll(FLAGS.train_file).head(FLAGS.max_train_examples)
+        training = as_documents(training) if FLAGS.documents else training
         if all(tag == "O" for sentence in training.labels for tag in sentence):
             within = (f" (its first --max_train_examples={FLAGS.max_train_examples} sentences)"
                       if FLAGS.max_train_examples else "")  # fmt: skip
@@ -196,15 +234,18 @@ class NerBinary(driver.TaskBinary):
         logging.info("%d training sentences, tags %s", len(training), tags)
         return BertTokenClassifier.from_checkpoint(
             common.checkpoint_path(), tags, sequence_length=FLAGS.max_seq_length,
-            do_lower_case=FLAGS.do_lower_case, name=self.name)  # fmt: skip
+            do_lower_case=FLAGS.do_lower_case, max_windows=FLAGS.max_windows or 1,
+            stride=FLAGS.window_stride, name=self.name)  # fmt: skip
 
     def training_dataset(self, model, training):
-        for name, split in (("train", training), *self.splits.items()):
-            cut = split.count_truncated(model.preprocessor, ["sentence"])
+        texts = [(n, as_documents(s) if FLAGS.documents else s) for n, s in self.splits.items()]
+        for name, split in (("train", training), *texts):
+            cut = int(np.sum(model.preprocessor.cut(tf.constant(split.texts["sentence"]))))
             if cut:
-                logging.warning("%d %s sentences have more than --max_seq_length=%d tokens "
-                                "([CLS] and [SEP] counted); their words past it are tagged O",
-                                cut, name, FLAGS.max_seq_length)  # fmt: skip
+                logging.warning("%d %s texts have more word pieces than %d window(s) of "
+                                "--max_seq_length=%d tokens hold; their words past them are "
+                                "tagged O", cut, name, model.preprocessor.max_windows,
+                                FLAGS.max_seq_length)  # fmt: skip
         return (functools.partial(train_dataset, training, model, FLAGS.train_batch_size),
                 int(np.ceil(len(training) / FLAGS.train_batch_size)))  # fmt: skip
 

@@ -189,3 +189,116 @@ def test_the_glue_binary_reads_whole_texts_in_windows(tmp_path, tiny_checkpoint,
     with pytest.raises(app.UsageError, match="--window_stride is the step between windows: "
                        "pass --max_windows too"):  # fmt: skip
         glue.run(glue.get_task("SST-2"))
+
+
+def original_max_context(spans, span_index, position):
+    """run_squad.py's _check_is_max_context: whether `position` has its most context in span
+    `span_index` of `spans` ((start, size) each)."""
+    best_score, best_index = None, None
+    for index, (start, size) in enumerate(spans):
+        end = start + size - 1
+        if position < start or position > end:
+            continue
+        score = min(position - start, end - position) + 0.01 * size
+        if best_score is None or score > best_score:
+            best_score, best_index = score, index
+    return span_index == best_index
+
+
+@pytest.fixture(scope="module")
+def taggers(tiny_checkpoint):
+    """A token classifier reading up to 5 windows of 16 tokens (a stride of 5), and a plain one
+    with the same weights."""
+    tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    windowed = keras_bert.BertTokenClassifier.from_checkpoint(
+        tiny_checkpoint, tags, sequence_length=16, max_windows=5, stride=5)  # fmt: skip
+    plain = keras_bert.BertTokenClassifier(windowed.encoder, keras_bert.WordTagger.from_tokenizer(
+        windowed.preprocessor.tokenizer, 16, tags=tags))  # fmt: skip
+    plain.head.set_weights(windowed.head.get_weights())
+    return windowed, plain
+
+
+def test_each_word_is_tagged_from_the_window_of_its_most_context(taggers):
+    windowed, plain = taggers
+    texts = [LONG, "a cat", f"unaffable {LONG} hello world"]
+    got = windowed.tag(tf.constant(texts))
+    tokenizer = windowed.preprocessor.tokenizer
+    for row, text in enumerate(texts):
+        pieces = tokenizer([text]).flat_values.numpy()
+        spans = original_doc_spans(len(pieces), 14, 5)[:5]
+        # Each piece's tag from the plain model on the window of its most context.
+        piece_tags = np.zeros(len(pieces), int)  # "O" past the last window
+        for k, (start, size) in enumerate(spans):
+            ids = np.array([[tokenizer.cls_id, *pieces[start:start + size], tokenizer.sep_id]])
+            inputs = {"input_word_ids": ids, "input_mask": np.ones_like(ids),
+                      "input_type_ids": np.zeros_like(ids)}  # fmt: skip
+            tags = plain(inputs, training=False).numpy()[0, 1:-1].argmax(-1)
+            for j in range(size):
+                if original_max_context(spans, k, start + j):
+                    piece_tags[start + j] = tags[j]
+        words = windowed.preprocessor._words(tf.constant([text]))
+        first = words["first_piece"].flat_values.numpy()
+        assert got["word_tags"][row].numpy().tolist() == piece_tags[first].tolist()
+    assert len(tokenizer([texts[2]]).flat_values) > 14 + 4 * 5  # past the 5 windows: "O"
+    # A text of one window is tagged as the plain model tags it.
+    assert got["word_tags"][1].numpy().tolist() == plain.tag(tf.constant(["a cat"]))[
+        "word_tags"][0].numpy().tolist()  # fmt: skip
+
+
+def test_each_words_tag_is_trained_once_and_the_export_tags_long_texts(taggers, tmp_path):
+    windowed, _ = taggers
+    tagger = windowed.preprocessor
+    text = f"{LONG} in paris"
+    words = text.split()
+    tags = tf.ragged.constant([[0] * (len(words) - 1) + [3]], tf.int32, row_splits_dtype=tf.int64)
+    inputs, labels = tagger.encode(tf.constant([text]), tags)
+    labels = labels.numpy()
+    assert inputs["input_word_ids"].shape[0] == len(tagger.windows_of(tf.constant([text]))) > 1
+    assert (labels != -1).sum() == len(words)  # each word's first piece once, over all windows
+    assert (labels == 3).sum() == 1
+    served = tf.saved_model.load(windowed.export(str(tmp_path / "ner"),
+                                                 allow_untrained_head=True))  # fmt: skip
+    answer = served.signatures["serving_default"](sentence=tf.constant([text, "a cat"]))
+    predicted = windowed.predict([text, "a cat"], verbose=0)["entities"]
+    for row, entities in enumerate(predicted):
+        assert int(answer["num_entities"][row]) == len(entities)
+        assert [int(s) for s in answer["entity_start"][row][: len(entities)]] == [
+            e["start"] for e in entities]  # fmt: skip
+
+
+def test_conll_documents_join_their_sentences_and_predictions_split_back():
+    from tasks import ner
+
+    split = ner.read_conll(os.path.join(DATA, "conll", "train.txt"))
+    documents = ner.as_documents(split)
+    assert 1 < len(documents) < len(split)
+    assert " ".join(documents.texts["sentence"]) == " ".join(split.texts["sentence"])
+    assert [t for d in documents.labels for t in d] == [t for s in split.labels for t in s]
+    assert ner.by_sentence(split, documents.labels) == split.labels
+    # -DOCSTART- lines at the end of each document (the IOB1 originals) count the same way.
+    iob1 = ner.read_conll(os.path.join(DATA, "conll", "eng.train"))
+    assert iob1.texts["document"] == split.texts["document"][: len(iob1)]
+
+
+def test_the_ner_binary_tags_documents_in_windows(tmp_path, tiny_checkpoint):
+    from conftest import run_with_flags
+
+    from tasks import ner
+
+    conll = os.path.join(DATA, "conll", "eng.train")
+    scores = run_with_flags(ner.run, train_file=conll, dev_file=conll, documents=True,
+                            max_windows=8, max_seq_length=32, output_dir=str(tmp_path / "run"),
+                            init_checkpoint=tiny_checkpoint, num_train_epochs=2.0,
+                            learning_rate=1e-2, train_batch_size=2)  # fmt: skip
+    model = keras.saving.load_model(str(tmp_path / "run" / "model.keras"))
+    assert model.preprocessor.max_windows == 8
+    # Scored and written by sentence, from the documents' tags.
+    split = ner.read_conll(conll)
+    with open(tmp_path / "run" / "dev_predictions.txt", encoding="utf-8") as f:
+        blocks = [b.splitlines() for b in f.read().strip("\n").split("\n\n")]
+    assert [" ".join(line.split()[0] for line in b) for b in blocks] == split.texts["sentence"]
+    predicted = [[line.split()[2] for line in b] for b in blocks]
+    assert ner.conll_scores(split.labels, predicted) == scores["dev"]
+    documents = ner.as_documents(split)
+    tags = model.predict(documents.texts["sentence"], verbose=0)["word_tags"]
+    assert ner.by_sentence(split, tags) == predicted

@@ -18,6 +18,7 @@ from keras_bert.model.encoder import INPUT_NAMES
 from keras_bert.text.packer import same_batch
 from keras_bert.text.preprocessing import BertPreprocessor
 from keras_bert.text.text_cleaning import valid_utf8
+from keras_bert.text.windows import max_context
 
 NO_POSITION = -1  # character offset of positions off the passage (a Python int: no tensor at import)
 
@@ -126,7 +127,7 @@ class SpanWindows(BertPreprocessor):
             "passage_cut": needed > self.max_windows,
             "char_starts": on_positions(tf.gather(char_starts.flat_values, flat)),
             "char_ends": on_positions(tf.gather(char_ends.flat_values, flat)),
-            "max_context": on_positions(tf.cast(self._max_context(
+            "max_context": on_positions(tf.cast(max_context(
                 positions, example, index, step, room, doc_lengths, counts), tf.int64)) > 0,
         }  # fmt: skip
         if answer_starts is not None:
@@ -139,27 +140,6 @@ class SpanWindows(BertPreprocessor):
             result["end_positions"] = tf.cast(
                 tf.where(inside, last - starts + prefix_lengths, 0), tf.int32)
         return result
-
-    @staticmethod
-    def _max_context(positions, example, index, step, room, doc_lengths, counts):
-        """bool (tokens of all windows,), `positions`' flat values: whether each window token has
-        its most context in this window, compared with every window of its pair."""
-        token_example = tf.gather(example, positions.value_rowids())
-        p = positions.flat_values[:, None]  # (tokens, 1) passage position
-        longest = tf.maximum(tf.reduce_max(counts), 0)  # 0, not int64's min, for an empty batch
-        k = tf.range(longest)[None, :]  # (1, windows of the longest pair)
-        start = k * tf.gather(step, token_example)[:, None]
-        length = tf.minimum(tf.gather(room, token_example)[:, None],
-                            tf.gather(doc_lengths, token_example)[:, None] - start)  # fmt: skip
-        valid = (k < tf.gather(counts, token_example)[:, None]) & (p >= start) & (
-            p < start + length)
-        score = tf.cast(tf.minimum(p - start, start + length - 1 - p), tf.float64) + 0.01 * (
-            tf.cast(length, tf.float64))
-        score = tf.where(valid, score, -float("inf"))
-        best = tf.reduce_max(score, axis=1, keepdims=True)
-        first_best = tf.reduce_min(tf.where(score == best, k, tf.int64.max), axis=1)
-        own = tf.gather(index, positions.value_rowids())
-        return first_best == own
 
     def decode(self, windows, start_logits, end_logits):
         """The best spans of each pair.

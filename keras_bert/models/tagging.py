@@ -10,9 +10,11 @@ type, and continues over I-X.
 import keras
 import tensorflow as tf
 
+from keras_bert.model.config import whole_number
 from keras_bert.model.encoder import INPUT_NAMES
 from keras_bert.text.preprocessing import BertPreprocessor
 from keras_bert.text.text_cleaning import valid_utf8
+from keras_bert.text.windows import max_context, take_windows, window_spans
 
 WHITESPACE = r"[\t\n\r\p{Zs}]"  # what the tokenizer turns into spaces
 IGNORE = -1  # label of word pieces after the first, of [CLS], [SEP] and padding
@@ -49,12 +51,27 @@ def flat_index(index, table):
 
 @keras.saving.register_keras_serializable(package="keras_bert")
 class WordTagger(BertPreprocessor):
-    """Args: a BertTokenizer, its BertPacker, the tags (IOB2 strings, "O" among them).
-    Words whose first piece falls beyond the packer's sequence_length get "O";
-    `from_tokenizer(tokenizer, sequence_length, tags=...)` builds the packer."""
+    """Args: a BertTokenizer, its BertPacker, the tags (IOB2 strings, "O" among them), and
+    `max_windows` (default 1) and `stride`, as `BertWindowsPreprocessor`'s.
 
-    def __init__(self, tokenizer, packer, tags, **kwargs):
+    With one window, words whose first piece falls beyond the packer's sequence_length get
+    "O". With more, a text's word pieces are cut into overlapping windows (each `stride`
+    pieces after the one before; default half a window), each packed as a sequence of its
+    own, and each word is tagged (and trained) from the window where its first piece has the
+    most context on both sides, the original run_squad.py's rule; only words past
+    `max_windows` windows get "O". `from_tokenizer(tokenizer, sequence_length, tags=...)`
+    builds the packer."""
+
+    def __init__(self, tokenizer, packer, tags, max_windows=1, stride=None, **kwargs):
         super().__init__(tokenizer, packer, **kwargs)
+        self.max_windows = whole_number(max_windows, 1, "max_windows")
+        if stride is not None:
+            whole_number(stride, 1, "stride")
+            if stride > self.max_tokens:
+                raise ValueError(f"stride={stride} skips text: a window of sequence_length="
+                                 f"{self.sequence_length} holds {self.max_tokens} tokens of it; "
+                                 f"pass a stride of at most {self.max_tokens}")  # fmt: skip
+        self.stride = stride
         if isinstance(tags, (str, bytes)):  # else read character by character
             raise ValueError(f"tags must be a list of tag names, got the string {tags!r}")
         tags = list(tags)
@@ -82,14 +99,19 @@ class WordTagger(BertPreprocessor):
         return self.encode(sentences)
 
     def get_config(self):
-        return {**super().get_config(), "tags": self.tags}
+        return {**super().get_config(), "tags": self.tags, "max_windows": self.max_windows,
+                "stride": self.stride}  # fmt: skip
+
+    def graph_settings(self):
+        return (*super().graph_settings(), self.max_windows, self.stride)
 
     def _words(self, sentences):
         """Token ids (truncated) with each token's word and first-piece flag, and each word's
         character span [start, end); all ragged over the batch."""
         sentences = valid_utf8(sentences)
         ids, starts, _ = self.tokenizer.tokenize_with_offsets(sentences)
-        ids, starts = ids[:, : self.max_tokens], starts[:, : self.max_tokens]
+        if self.max_windows == 1:
+            ids, starts = ids[:, : self.max_tokens], starts[:, : self.max_tokens]
         space, word_start = _spaces_and_word_starts(sentences)
         after = shifted(space, True, right=False)
         word_of_char = tf.math.cumsum(tf.cast(word_start, tf.int64), axis=1) - 1
@@ -107,16 +129,27 @@ class WordTagger(BertPreprocessor):
             "sentences": sentences,
         }
 
+    def cut(self, sentences):
+        """bool (batch,): which texts have more word pieces than the windows hold (one
+        sequence's `max_tokens`, or `max_windows` windows); their last words get "O"."""
+        lengths = self.tokenizer(valid_utf8(sentences)).row_lengths()
+        room = tf.fill(tf.shape(lengths), tf.constant(self.max_tokens, tf.int64))
+        step = tf.maximum(room // 2 if self.stride is None else tf.minimum(room, self.stride), 1)
+        return window_spans(lengths, room, step, self.max_windows)[3]
+
     def word_counts(self, sentences):
         """Words per sentence (int64 (batch,)), split at white space as `encode` splits them."""
         sentences = valid_utf8(sentences)
         return tf.reduce_sum(tf.cast(_spaces_and_word_starts(sentences)[1], tf.int64), axis=1)
 
     def encode(self, sentences, word_tags=None):
-        """Encoder inputs int32 (batch, seq); with word_tags (ragged (batch, (words)) tag ids)
-        also the labels int32 (batch, seq): the word's tag on its first piece, IGNORE else."""
+        """Encoder inputs int32 (sequences, seq), a sequence a sentence or, with windows, a
+        window (`windows_of` says whose); with word_tags (ragged (batch, (words)) tag ids)
+        also the labels int32 (sequences, seq): the word's tag on its first piece (in the
+        window of its most context), IGNORE else."""
         words = self._words(sentences)
-        inputs = self.packer(words["ids"])
+        windows = self._windows(words) if self.max_windows > 1 else None
+        inputs = self.packer(words["ids"] if windows is None else windows["ids"])
         if word_tags is None:
             return inputs
         tf.debugging.assert_equal(word_tags.row_lengths(), words["word_starts"].row_lengths(),
@@ -127,9 +160,41 @@ class WordTagger(BertPreprocessor):
         # (the rows of tags, token_word and first_piece are as long: the `where` runs flat)
         tags = token_word.with_flat_values(
             tf.where(words["first_piece"].flat_values, tags.flat_values, IGNORE))
+        if windows is not None:  # each token's tag in the window of its most context alone
+            tags = windows["take"](tags)
+            tags = tags.with_flat_values(tf.where(windows["best"], tags.flat_values, IGNORE))
         shape = tf.shape(inputs["input_word_ids"])
         labels = tags.to_tensor(IGNORE, shape=[shape[0], shape[1] - 2])  # [CLS] ... [SEP]
         return inputs, tf.pad(labels, [[0, 0], [1, 1]], constant_values=IGNORE)
+
+    def windows_of(self, sentences):
+        """int64 (sequences,): the sentence each of `encode`'s sequences comes from."""
+        if self.max_windows == 1:
+            return tf.range(tf.size(sentences, out_type=tf.int64))
+        return self._windows(self._words(sentences))["example"]
+
+    def _windows(self, words):
+        """The windows of `words`' pieces: `ids` ragged (windows, (pieces)), `example`,
+        `take` (a ragged (batch, (pieces)) value -> its windows' (windows, (pieces))), `best`
+        (take's flat values: whether a piece has its most context in that window), and
+        `pieces` (take's flat values: each piece's index in `words["ids"]`' flat values)."""
+        ids = words["ids"]
+        lengths = ids.row_lengths()
+        room = tf.fill(tf.shape(lengths), tf.constant(self.max_tokens, tf.int64))
+        step = tf.maximum(room // 2 if self.stride is None else tf.minimum(room, self.stride), 1)
+        example, starts, sizes, _ = window_spans(lengths, room, step, self.max_windows)
+        positions = tf.ragged.range(starts, starts + sizes)
+        counts = tf.math.segment_sum(tf.ones_like(example), example)  # every text has one
+        index = tf.ragged.range(counts).flat_values
+        pieces = positions.flat_values + tf.gather(
+            tf.gather(ids.row_starts(), example), positions.value_rowids())  # fmt: skip
+        return {
+            "ids": take_windows(ids, example, starts, sizes),
+            "example": example,
+            "take": lambda value: positions.with_flat_values(tf.gather(value.flat_values, pieces)),
+            "best": max_context(positions, example, index, step, room, lengths, counts),
+            "pieces": pieces,
+        }
 
     def tag(self, model, sentences):
         """Sentences in, tags and entities out (the whole pipeline of an export).
@@ -139,10 +204,20 @@ class WordTagger(BertPreprocessor):
         int64 character offsets [start, end) (-1 as padding), and `num_entities` (batch,).
         """
         words = self._words(sentences)
-        inputs = self.packer(words["ids"])
+        windows = self._windows(words) if self.max_windows > 1 else None
+        inputs = self.packer(words["ids"] if windows is None else windows["ids"])
         logits = model({name: inputs[name] for name in INPUT_NAMES}, training=False)
-        token_tags = tf.argmax(logits[:, 1:-1], axis=-1, output_type=tf.int32)  # skip [CLS]
-        token_tags = tf.RaggedTensor.from_tensor(token_tags, lengths=words["ids"].row_lengths())
+        tags = tf.argmax(logits[:, 1:-1], axis=-1, output_type=tf.int32)  # skip [CLS]
+        if windows is None:
+            token_tags = tf.RaggedTensor.from_tensor(tags, lengths=words["ids"].row_lengths())
+        else:  # each piece's tag from the window of its most context; "O" past the last
+            tags = tf.RaggedTensor.from_tensor(tags, lengths=windows["ids"].row_lengths())
+            best = windows["best"]
+            token_tags = tf.tensor_scatter_nd_update(
+                tf.fill(tf.shape(words["ids"].flat_values), self.tags.index("O")),
+                tf.boolean_mask(windows["pieces"], best)[:, None],
+                tf.boolean_mask(tags.flat_values, best))  # fmt: skip
+            token_tags = words["ids"].with_flat_values(token_tags)
         first = tf.ragged.boolean_mask(token_tags, words["first_piece"])
         first_word = tf.ragged.boolean_mask(words["token_word"], words["first_piece"])
         word_starts = words["word_starts"]

@@ -57,9 +57,14 @@ class BertTokenClassifier(BertTask):
         self.dropout = dropout
 
     @classmethod
-    def from_checkpoint(cls, path, tags, *, sequence_length=128, do_lower_case=None, **kwargs):
+    def from_checkpoint(cls, path, tags, *, sequence_length=128, do_lower_case=None,
+                        max_windows=1, stride=None, **kwargs):  # fmt: skip
+        """A tagger on a pre-trained checkpoint with a new head. With `max_windows` > 1, texts
+        of any length are read in up to that many windows of `sequence_length` tokens, each
+        `stride` tokens after the one before (`WordTagger`)."""
         encoder, tokenizer, _ = load_pretrained(path, do_lower_case, sequence_length)
-        tagger = WordTagger.from_tokenizer(tokenizer, sequence_length, tags=tags)
+        tagger = WordTagger.from_tokenizer(tokenizer, sequence_length, tags=tags,
+                                           max_windows=max_windows, stride=stride)  # fmt: skip
         return cls(encoder, tagger, **kwargs)
 
     @property
@@ -99,7 +104,8 @@ class BertTokenClassifier(BertTask):
     def preprocess_batch(self, x, y=None, sample_weight=None):
         sentences = self.preprocessor.segments(x)[0]
         if sample_weight is not None:  # a sentence's weight on each of its tokens' losses
-            sample_weight = tf.reshape(tf.cast(sample_weight, tf.float32), (-1, 1))
+            sample_weight = tf.gather(tf.reshape(tf.cast(sample_weight, tf.float32), (-1, 1)),
+                                      self.preprocessor.windows_of(sentences))  # fmt: skip
         if y is None:
             return self.preprocessor.encode(sentences), None, sample_weight
         if not isinstance(y, tf.RaggedTensor):  # a Dataset's: a dense one could hold padding

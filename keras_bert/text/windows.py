@@ -40,6 +40,35 @@ def window_spans(lengths, room, step, max_windows):
     return example, starts, tf.maximum(sizes, 0), needed > max_windows
 
 
+def max_context(positions, example, index, step, room, lengths, counts):
+    """bool (tokens of all windows,), over `positions`' flat values: whether each window's token
+    has its most context in that window among all windows of its text (min of the tokens to
+    its left and to its right, plus 0.01 x the window's size; the first such window on ties),
+    the original run_squad.py's rule.
+
+    Args:
+      positions: ragged (windows, (tokens)), each window token's place in its text.
+      example, index: int64 (windows,), each window's text and its number within the text.
+      step, room, lengths, counts: int64 (batch,), each text's window step, window room, tokens
+        and windows.
+    """
+    token_example = tf.gather(example, positions.value_rowids())
+    p = positions.flat_values[:, None]  # (tokens, 1) place in the text
+    longest = tf.maximum(tf.reduce_max(counts), 0)  # 0, not int64's min, for an empty batch
+    k = tf.range(longest)[None, :]  # (1, windows of the text with most)
+    start = k * tf.gather(step, token_example)[:, None]
+    length = tf.minimum(tf.gather(room, token_example)[:, None],
+                        tf.gather(lengths, token_example)[:, None] - start)  # fmt: skip
+    valid = (k < tf.gather(counts, token_example)[:, None]) & (p >= start) & (p < start + length)
+    score = tf.cast(tf.minimum(p - start, start + length - 1 - p), tf.float64) + 0.01 * (
+        tf.cast(length, tf.float64))
+    score = tf.where(valid, score, -float("inf"))
+    best = tf.reduce_max(score, axis=1, keepdims=True)
+    first_best = tf.reduce_min(tf.where(score == best, k, tf.int64.max), axis=1)
+    own = tf.gather(index, positions.value_rowids())
+    return first_best == own
+
+
 def take_windows(ids, example, starts, sizes):
     """The windows' tokens, ragged (windows, (tokens)), of texts' ids ragged (batch, (tokens))."""
     positions = tf.ragged.range(starts, starts + sizes)
