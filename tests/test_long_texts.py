@@ -1,6 +1,7 @@
 """Classifiers that read whole texts: windows (keras_bert.text.windows), their logits combined
 into the text's, in fit, evaluate, predict, a saved file and an export."""
 
+import json
 import os
 
 import keras
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from absl import app
-from conftest import DATA
+from conftest import DATA, served_in_clean_process
 
 import keras_bert
 from keras_bert.model.encoder import INPUT_NAMES
@@ -132,7 +133,8 @@ def test_a_long_text_is_one_example_in_training(tiny_checkpoint, tmp_path):
     model.save(path)
     loaded = keras.saving.load_model(path)
     np.testing.assert_allclose(loaded.predict(texts, verbose=0), after, atol=1e-5)
-    served = tf.saved_model.load(model.export(str(tmp_path / "exported")))
+    exported = model.export(str(tmp_path / "exported"))
+    served = tf.saved_model.load(exported)
     answer = served.signatures["serving_default"](sentence=tf.constant(texts))
     np.testing.assert_allclose(answer["probabilities"].numpy(), tf.nn.softmax(after).numpy(),
                                atol=1e-5)  # fmt: skip
@@ -141,6 +143,15 @@ def test_a_long_text_is_one_example_in_training(tiny_checkpoint, tmp_path):
         **{n: v for n, v in model.preprocessor.windows(texts)[0].items()})  # fmt: skip
     np.testing.assert_allclose(ids["probabilities"].numpy(), tf.nn.softmax(after).numpy(),
                                atol=1e-5)  # fmt: skip
+    # As TF Serving runs it, in a process with only TensorFlow and tensorflow-text.
+    body = ("texts = json.loads(sys.stdin.read())\n"
+            "out = f(sentence=tf.constant(texts))\n"
+            "print(json.dumps({k: v.numpy().tolist() for k, v in out.items()}))\n")  # fmt: skip
+    assert served_in_clean_process(exported, body, json.dumps(texts))["cut"] == [
+        False, False, False, True]  # fmt: skip
+    warmup = os.path.join(exported, "assets.extra", "tf_serving_warmup_requests")
+    with open(warmup, "rb") as f:  # a request of a text past every window (4 of 16 tokens)
+        assert b" ".join([b"word"] * 64) in f.read()
 
 
 def test_bad_window_settings_are_refused_in_one_line(tiny_checkpoint):

@@ -182,6 +182,9 @@ class ServableModel(keras.Model):
     def warmup_requests(self):
         texts = ["A short warm-up sentence.", "",
                  "Another, somewhat longer sentence to warm up the server before it serves."]  # fmt: skip
+        windows = getattr(self.preprocessor, "max_windows", 1)
+        if windows > 1:  # a text of more than every window: the longest request's path too
+            texts.append(" ".join(["word"] * (self.preprocessor.sequence_length * windows)))
         names = self.preprocessor.text_names
         return [{n: texts[:1] for n in names}, {n: texts for n in names}]
 
