@@ -171,18 +171,24 @@ class Split:
         return int(np.sum(cut))
 
 
+def define_max_windows(how, default):
+    """Defines --max_windows for a binary whose models read texts in windows; `how` says, in
+    the help, what is made of them, and `default` what happens when the flag is not given (the
+    flag's own default is None, as every binary's: a process that imports several binaries,
+    as the tests do, holds one flag, whose help is the first one's)."""
+    if "max_windows" not in FLAGS:
+        flags.DEFINE_integer("max_windows", None, "Read each text in up to this many windows of "
+                             f"--max_seq_length tokens, {how}. Default: {default}.")  # fmt: skip
+
+
 def define_window_flags(how):
     """Defines --max_windows and --window_stride, for a binary whose models can read whole
-    texts; `how` says, in the help, what is made of the windows. (Once a process: a test that
-    imports two such binaries keeps the first one's help.)"""
-    if "max_windows" in FLAGS:
-        return
-    flags.DEFINE_integer("max_windows", None, "Read each text whole, in up to this many windows "
-                         f"of --max_seq_length tokens, {how}. Default: texts are cut at "
-                         "--max_seq_length.")  # fmt: skip
-    flags.DEFINE_integer("window_stride", None, "With --max_windows: tokens between the starts "
-                         "of a text's windows. Default: half a window, so that windows overlap "
-                         "by half.")  # fmt: skip
+    texts; `how` says, in the help, what is made of the windows."""
+    define_max_windows(how, "texts are cut at --max_seq_length")
+    if "window_stride" not in FLAGS:
+        flags.DEFINE_integer("window_stride", None, "With --max_windows: tokens between the "
+                             "starts of a text's windows. Default: half a window, so that "
+                             "windows overlap by half.")  # fmt: skip
 
 
 def check_window_flags():

@@ -39,6 +39,7 @@ from tasks import (
 )
 
 FLAGS = flags.FLAGS
+MAX_WINDOWS = 64  # windows of a passage, when --max_windows is not given
 # allow_override: tasks.swag and tasks.ner use the same name (tests import them together).
 flags.DEFINE_string("train_file", None, "SQuAD JSON for training (v1.1 or v2.0 format).",
                     allow_override=True)
@@ -49,9 +50,9 @@ flags.DEFINE_integer("max_query_length", 64, "Question tokens kept; longer quest
 flags.DEFINE_integer("n_best_size", 20, "Start and end candidates per window, and answers kept "
                      "in nbest_predictions.json.")  # fmt: skip
 flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in tokens.")
-flags.DEFINE_integer("max_windows", 64, "Windows a passage may produce (about max_windows x "
-                     "doc_stride tokens are read); the rest of a longer passage is not read, and "
-                     "the prediction says so (passage_cut).")
+common.define_max_windows("each --doc_stride tokens after the one before (a passage's end past "
+                          "them is not read, and the prediction says so: passage_cut)",
+                          str(MAX_WINDOWS))
 flags.DEFINE_float("null_score_diff_threshold", 0.0, "SQuAD 2.0: predict no answer when the "
                    "[CLS] score minus the best span's score is above this.")  # fmt: skip
 # Training batches are of windows, cut in the graph from shuffled batches of questions; grouping
@@ -149,6 +150,8 @@ class SquadBinary(driver.TaskBinary):
     name = "squad"
 
     def check_flags(self):
+        if FLAGS.max_windows is None:  # set, so that the run's settings record it
+            FLAGS.max_windows = MAX_WINDOWS
         common.refuse_unused_flags(UNUSED_FLAGS, "SQuAD")
         common.check_split_files({"predict_file": ["do_eval", "do_predict"]})
         super().check_flags()

@@ -172,6 +172,8 @@ def runs(tiny_checkpoint, export, scratch):
                             "--test_texts=4", "--filler_words=30", "--late_tokens=15",
                             "--sequence_length=16", "--max_windows=3", "--batch_size=2",
                             "--epochs=1"),
+        "long_serving": bench("long_serving", f"--checkpoint={tiny_checkpoint}", "--tokens=60",
+                              "--max_windows=4", "--sequence_length=16", "--rounds=1"),
     }  # fmt: skip
     for i, (flags, _, _) in enumerate(REFUSALS):
         requests[f"refusal_{i}"] = bench("peers", "--bench=products", *flags)
@@ -301,6 +303,15 @@ def test_the_long_texts_bench_scores_each_model_on_early_and_late_sentences(runs
     for run in report["runs"]:
         parts = [run["early_accuracy"], run["late_accuracy"]]
         assert all(0.0 <= v <= 1.0 for v in parts) and run["accuracy"] == np.mean(parts)
+
+
+def test_the_long_serving_bench_times_each_request_of_both_exports(runs):
+    report = json.loads(report_of(runs, "long_serving"))
+    assert report["long_text_pieces"] >= 60
+    for requests in report["results"].values():
+        assert sorted(requests) == ["long_1", "long_32", "one_window"]
+        peaks = [requests[r]["peak_rss_mb"] for r in ("one_window", "long_1", "long_32")]
+        assert peaks == sorted(peaks) and all(r["median_ms"] > 0 for r in requests.values())
 
 
 def test_the_special_paths_bench_exports_each_variant(runs):
