@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 from absl import app
 from conftest import DATA, served_in_clean_process
+from run_squad_reference import reference_max_context, reference_windows
 
 import keras_bert
 from keras_bert.model.encoder import INPUT_NAMES
@@ -17,18 +18,6 @@ from keras_bert.text.windows import window_spans
 
 CAT = "the cat sat on the mat"  # 6 tokens of MiniLM's vocabulary
 LONG = f"{CAT} a dog {CAT} a dog ! {CAT} the dog sat {CAT}"  # 33 tokens
-
-
-def original_doc_spans(length, room, stride):
-    """(start, size) of each window, as the original run_squad.py's loop makes them."""
-    spans, start = [], 0
-    while start < length:
-        size = min(length - start, room)
-        spans.append((start, size))
-        if start + size == length:
-            break
-        start += min(size, stride)
-    return spans
 
 
 @pytest.mark.parametrize("room, stride", [(14, 7), (14, 14), (14, 5), (5, 1)])
@@ -42,7 +31,7 @@ def test_windows_lie_where_the_original_code_puts_them(room, stride):
     for e, s, n in zip(example.numpy(), starts.numpy(), sizes.numpy()):
         got.setdefault(int(e), []).append((int(s), int(n)))
     for i, length in enumerate(lengths):
-        spans = original_doc_spans(length, room, stride)
+        spans = reference_windows(length, room, stride)
         assert got[i] == spans[:6]
         assert bool(cut[i]) == (len(spans) > 6)
 
@@ -202,20 +191,6 @@ def test_the_glue_binary_reads_whole_texts_in_windows(tmp_path, tiny_checkpoint,
         glue.run(glue.get_task("SST-2"))
 
 
-def original_max_context(spans, span_index, position):
-    """run_squad.py's _check_is_max_context: whether `position` has its most context in span
-    `span_index` of `spans` ((start, size) each)."""
-    best_score, best_index = None, None
-    for index, (start, size) in enumerate(spans):
-        end = start + size - 1
-        if position < start or position > end:
-            continue
-        score = min(position - start, end - position) + 0.01 * size
-        if best_score is None or score > best_score:
-            best_score, best_index = score, index
-    return span_index == best_index
-
-
 @pytest.fixture(scope="module")
 def taggers(tiny_checkpoint):
     """A token classifier reading up to 5 windows of 16 tokens (a stride of 5), and a plain one
@@ -236,7 +211,7 @@ def test_each_word_is_tagged_from_the_window_of_its_most_context(taggers):
     tokenizer = windowed.preprocessor.tokenizer
     for row, text in enumerate(texts):
         pieces = tokenizer([text]).flat_values.numpy()
-        spans = original_doc_spans(len(pieces), 14, 5)[:5]
+        spans = reference_windows(len(pieces), 14, 5)[:5]
         # Each piece's tag from the plain model on the window of its most context.
         piece_tags = np.zeros(len(pieces), int)  # "O" past the last window
         for k, (start, size) in enumerate(spans):
@@ -245,7 +220,7 @@ def test_each_word_is_tagged_from_the_window_of_its_most_context(taggers):
                       "input_type_ids": np.zeros_like(ids)}  # fmt: skip
             tags = plain(inputs, training=False).numpy()[0, 1:-1].argmax(-1)
             for j in range(size):
-                if original_max_context(spans, k, start + j):
+                if reference_max_context(spans, k, start + j):
                     piece_tags[start + j] = tags[j]
         words = windowed.preprocessor._words(tf.constant([text]))
         first = words["first_piece"].flat_values.numpy()

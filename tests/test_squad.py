@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import DATA, run_with_flags, served_in_clean_process
+from run_squad_reference import reference_max_context, reference_windows
 
 from exports import export
 from keras_bert import BertQuestionAnswerer
@@ -19,31 +20,6 @@ SQUAD = os.path.join(DATA, "squad")
 @pytest.fixture(scope="module")
 def tokenizer(minilm_dir):
     return BertTokenizer(os.path.join(minilm_dir, "vocab.txt"))
-
-
-def reference_windows(num_tokens, room, stride):
-    """The original run_squad.py loop over doc spans: (start, length) pairs."""
-    spans, start = [], 0
-    while start < num_tokens:
-        length = min(num_tokens - start, room)
-        spans.append((start, length))
-        if start + length == num_tokens:
-            break
-        start += min(length, stride)
-    return spans or [(0, 0)]
-
-
-def reference_max_context(spans, index, position):
-    """The original _check_is_max_context."""
-    best_score, best_index = None, None
-    for i, (start, length) in enumerate(spans):
-        end = start + length - 1
-        if position < start or position > end:
-            continue
-        score = min(position - start, end - position) + 0.01 * length
-        if best_score is None or score > best_score:
-            best_score, best_index = score, i
-    return best_index == index
 
 
 PASSAGES = [
