@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from absl import app
-from conftest import DATA, served_in_clean_process
+from conftest import DATA, run_with_flags, served_in_clean_process
 from run_squad_reference import reference_max_context, reference_windows
 
 import keras_bert
 from keras_bert.model.encoder import INPUT_NAMES
 from keras_bert.text.windows import window_spans
+from tasks import glue, ner, trainer
 
 CAT = "the cat sat on the mat"  # 6 tokens of MiniLM's vocabulary
 LONG = f"{CAT} a dog {CAT} a dog ! {CAT} the dog sat {CAT}"  # 33 tokens
@@ -162,8 +163,6 @@ def test_bad_window_settings_are_refused_in_one_line(tiny_checkpoint):
 
 def test_the_glue_binary_reads_whole_texts_in_windows(tmp_path, tiny_checkpoint, flags_parsed,
                                                       caplog):  # fmt: skip
-    from tasks import glue, trainer
-
     flags_parsed.task_name = "SST-2"
     flags_parsed.data_dir = os.path.join(DATA, "glue", "SST-2")
     flags_parsed.output_dir = str(tmp_path / "run")
@@ -253,8 +252,6 @@ def test_each_words_tag_is_trained_once_and_the_export_tags_long_texts(taggers, 
 
 
 def test_conll_documents_join_their_sentences_and_predictions_split_back():
-    from tasks import ner
-
     split = ner.read_conll(os.path.join(DATA, "conll", "train.txt"))
     documents = ner.as_documents(split)
     assert 1 < len(documents) < len(split)
@@ -267,10 +264,6 @@ def test_conll_documents_join_their_sentences_and_predictions_split_back():
 
 
 def test_the_ner_binary_tags_documents_in_windows(tmp_path, tiny_checkpoint):
-    from conftest import run_with_flags
-
-    from tasks import ner
-
     conll = os.path.join(DATA, "conll", "eng.train")
     scores = run_with_flags(ner.run, train_file=conll, dev_file=conll, documents=True,
                             max_windows=8, max_seq_length=32, output_dir=str(tmp_path / "run"),
