@@ -69,7 +69,8 @@ class BertClassifier(BertTask):
         head = ClassifierHead(num_classes, dropout, encoder.config.initializer_range,
                               dtype=encoder.policy, name="classifier")  # fmt: skip
         windowed = isinstance(preprocessor, BertWindowsPreprocessor)
-        combine = CombineWindows(window_pooling, dtype="float32", name="windows")
+        combine = CombineWindows(window_pooling, dtype="float32", name="windows") if (
+            windowed) else None  # fmt: skip
         # === Graph ===
         shape = (None, None) if windowed else (None,)  # (windows, seq) or (seq,) an example
         inputs = {name: keras.Input(shape, dtype="int32", name=name) for name in INPUT_NAMES}
@@ -87,8 +88,12 @@ class BertClassifier(BertTask):
         self.num_classes = num_classes
         self.labels = None if labels is None else [str(label) for label in labels]
         self.dropout = dropout
-        self.windowed = windowed
         self.window_pooling = window_pooling
+
+    @property
+    def windowed(self):
+        """Whether the classifier reads texts in windows (a `BertWindowsPreprocessor`)."""
+        return isinstance(self.preprocessor, BertWindowsPreprocessor)
 
     @classmethod
     def from_checkpoint(cls, path, num_classes=2, *, sequence_length=128, num_segments=1,

@@ -18,7 +18,7 @@ from keras_bert.model.encoder import INPUT_NAMES
 from keras_bert.text.packer import same_batch
 from keras_bert.text.preprocessing import BertPreprocessor
 from keras_bert.text.text_cleaning import valid_utf8
-from keras_bert.text.windows import max_context
+from keras_bert.text.windows import flat_pieces, max_context, window_spans
 
 NO_POSITION = -1  # character offset of positions off the passage (a Python int: no tensor at import)
 
@@ -93,19 +93,11 @@ class SpanWindows(BertPreprocessor):
         doc_lengths = context_ids.row_lengths()
         room = self.max_seq_length - 3 - query_lengths  # passage tokens per window
         step = tf.minimum(room, self.doc_stride)
-        needed = 1 + tf.maximum(doc_lengths - room + step - 1, 0) // step  # windows per pair
         # A passage's windows are bounded, so one huge passage cannot hold a server for seconds;
         # its text past the last window is not read (`passage_cut` says so).
-        counts = tf.minimum(needed, self.max_windows)
-        example = tf.repeat(tf.range(tf.size(counts, tf.int64)), counts)  # (windows,)
-        index = tf.ragged.range(counts).flat_values  # window number within its pair
-        starts = index * tf.gather(step, example)
-        lengths = tf.minimum(tf.gather(room, example), tf.gather(doc_lengths, example) - starts)
-        positions = tf.ragged.range(starts, starts + tf.maximum(lengths, 0))  # (windows, (tok))
-        # (on flat values: a ragged + dense op traces TensorFlow's ragged shape broadcasting,
-        # 0.3 s per op)
-        offset = tf.gather(context_ids.row_starts(), example)
-        flat = positions.flat_values + tf.gather(offset, positions.value_rowids())
+        spans = window_spans(doc_lengths, room, step, self.max_windows)
+        example, starts, lengths = spans["example"], spans["starts"], spans["sizes"]
+        positions, flat = spans["positions"], flat_pieces(spans, context_ids)
         passage_ids = positions.with_flat_values(tf.gather(context_ids.flat_values, flat))
         inputs = self.packer(tf.gather(question_ids, example), passage_ids)
         shape = tf.shape(inputs["input_word_ids"], out_type=tf.int64)
@@ -114,7 +106,7 @@ class SpanWindows(BertPreprocessor):
         # Each window position's passage token as an index into `positions`' flat values, or
         # one past the last (NO_POSITION below) where the position is off the passage.
         token = tf.range(shape[1])[None, :] - prefix_lengths[:, None]  # (windows, seq)
-        on_passage = (token >= 0) & (token < tf.maximum(lengths, 0)[:, None])
+        on_passage = (token >= 0) & (token < lengths[:, None])
         off = tf.size(flat, tf.int64)
         token = tf.where(on_passage, token + positions.row_starts()[:, None], off)
 
@@ -124,11 +116,11 @@ class SpanWindows(BertPreprocessor):
         result = {
             **inputs,
             "example": example,
-            "passage_cut": needed > self.max_windows,
+            "passage_cut": spans["cut"],
             "char_starts": on_positions(tf.gather(char_starts.flat_values, flat)),
             "char_ends": on_positions(tf.gather(char_ends.flat_values, flat)),
-            "max_context": on_positions(tf.cast(max_context(
-                positions, example, index, step, room, doc_lengths, counts), tf.int64)) > 0,
+            "max_context": on_positions(tf.cast(max_context(spans, step, room, doc_lengths),
+                                                tf.int64)) > 0,
         }  # fmt: skip
         if answer_starts is not None:
             first, last = _answer_tokens(char_starts, char_ends, answer_starts, answer_ends)

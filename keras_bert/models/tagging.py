@@ -14,7 +14,14 @@ from keras_bert.model.config import whole_number
 from keras_bert.model.encoder import INPUT_NAMES
 from keras_bert.text.preprocessing import BertPreprocessor
 from keras_bert.text.text_cleaning import valid_utf8
-from keras_bert.text.windows import max_context, take_windows, window_spans
+from keras_bert.text.windows import (
+    check_stride,
+    flat_pieces,
+    max_context,
+    take_windows,
+    window_spans,
+    window_step,
+)
 
 WHITESPACE = r"[\t\n\r\p{Zs}]"  # what the tokenizer turns into spaces
 IGNORE = -1  # label of word pieces after the first, of [CLS], [SEP] and padding
@@ -65,12 +72,7 @@ class WordTagger(BertPreprocessor):
     def __init__(self, tokenizer, packer, tags, max_windows=1, stride=None, **kwargs):
         super().__init__(tokenizer, packer, **kwargs)
         self.max_windows = whole_number(max_windows, 1, "max_windows")
-        if stride is not None:
-            whole_number(stride, 1, "stride")
-            if stride > self.max_tokens:
-                raise ValueError(f"stride={stride} skips text: a window of sequence_length="
-                                 f"{self.sequence_length} holds {self.max_tokens} tokens of it; "
-                                 f"pass a stride of at most {self.max_tokens}")  # fmt: skip
+        check_stride(stride, self.max_tokens, self.sequence_length)
         self.stride = stride
         if isinstance(tags, (str, bytes)):  # else read character by character
             raise ValueError(f"tags must be a list of tag names, got the string {tags!r}")
@@ -132,10 +134,7 @@ class WordTagger(BertPreprocessor):
     def cut(self, sentences):
         """bool (batch,): which texts have more word pieces than the windows hold (one
         sequence's `max_tokens`, or `max_windows` windows); their last words get "O"."""
-        lengths = self.tokenizer(valid_utf8(sentences)).row_lengths()
-        room = tf.fill(tf.shape(lengths), tf.constant(self.max_tokens, tf.int64))
-        step = tf.maximum(room // 2 if self.stride is None else tf.minimum(room, self.stride), 1)
-        return window_spans(lengths, room, step, self.max_windows)[3]
+        return self._spans(self.tokenizer(valid_utf8(sentences)).row_lengths())[0]["cut"]
 
     def word_counts(self, sentences):
         """Words per sentence (int64 (batch,)), split at white space as `encode` splits them."""
@@ -180,21 +179,21 @@ class WordTagger(BertPreprocessor):
         `pieces` (take's flat values: each piece's index in `words["ids"]`' flat values)."""
         ids = words["ids"]
         lengths = ids.row_lengths()
-        room = tf.fill(tf.shape(lengths), tf.constant(self.max_tokens, tf.int64))
-        step = tf.maximum(room // 2 if self.stride is None else tf.minimum(room, self.stride), 1)
-        example, starts, sizes, _ = window_spans(lengths, room, step, self.max_windows)
-        positions = tf.ragged.range(starts, starts + sizes)
-        counts = tf.math.segment_sum(tf.ones_like(example), example)  # every text has one
-        index = tf.ragged.range(counts).flat_values
-        pieces = positions.flat_values + tf.gather(
-            tf.gather(ids.row_starts(), example), positions.value_rowids())  # fmt: skip
+        spans, room, step = self._spans(lengths)
+        positions, pieces = spans["positions"], flat_pieces(spans, ids)
         return {
-            "ids": take_windows(ids, example, starts, sizes),
-            "example": example,
+            "ids": take_windows(ids, spans),
+            "example": spans["example"],
             "take": lambda value: positions.with_flat_values(tf.gather(value.flat_values, pieces)),
-            "best": max_context(positions, example, index, step, room, lengths, counts),
+            "best": max_context(spans, step, room, lengths),
             "pieces": pieces,
         }
+
+    def _spans(self, lengths):
+        """`window_spans` of texts of `lengths` pieces, with the room and step they used."""
+        room = tf.fill(tf.shape(lengths), tf.constant(self.max_tokens, tf.int64))
+        step = window_step(room, self.stride)
+        return window_spans(lengths, room, step, self.max_windows), room, step
 
     def tag(self, model, sentences):
         """Sentences in, tags and entities out (the whole pipeline of an export).

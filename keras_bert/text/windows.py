@@ -19,40 +19,75 @@ from keras_bert.text.preprocessing import BertPreprocessor
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
 
 
+def window_step(room, stride):
+    """int64 (batch,): tokens between the starts of a text's windows, `stride` (None: half a
+    window's `room`) but at most the room and at least 1."""
+    return tf.maximum(room // 2 if stride is None else tf.minimum(room, stride), 1)
+
+
+def check_stride(stride, room, sequence_length):
+    """Refuses, in one line, a `stride` (None for the default) that is not a whole number from
+    1 to `room`, the tokens of text a window of `sequence_length` holds: a longer one skips
+    text between windows."""
+    if stride is None:
+        return
+    whole_number(stride, 1, "stride", f" (tokens between window starts: 1 to {room})")
+    if stride > room:
+        raise ValueError(f"stride={stride} skips text: a window of sequence_length="
+                         f"{sequence_length} holds {room} tokens of it; pass a stride of at "
+                         f"most {room}")  # fmt: skip
+
+
 def window_spans(lengths, room, step, max_windows):
     """Where each text's windows lie.
 
     Args:
       lengths: int64 (batch,), tokens of each text.
       room: int64 (batch,), tokens a window of that text holds.
-      step: int64 (batch,), tokens between the starts of its windows (at most `room`).
+      step: int64 (batch,), tokens between the starts of its windows (`window_step`).
       max_windows: windows a text gets at most.
 
-    Returns (example, starts, sizes, cut): int64 (windows,) the text each window comes from,
-    its first token and its token count; bool (batch,) whether a text needed more than
-    `max_windows` windows. Every text has at least one window (an empty text's is empty).
+    Returns a dict: `example` and `index`, int64 (windows,), the text each window comes from
+    and its number within the text; `starts` and `sizes`, int64 (windows,), its first token
+    and its token count; `positions`, ragged (windows, (tokens)), each window token's place in
+    its text; `counts`, int64 (batch,), each text's windows; `cut`, bool (batch,), whether a
+    text needed more than `max_windows`. Every text has at least one window (an empty text's
+    is empty).
     """
     needed = 1 + tf.maximum(lengths - room + step - 1, 0) // step
     counts = tf.minimum(needed, max_windows)
     example = tf.repeat(tf.range(tf.size(counts, out_type=tf.int64)), counts)
-    starts = tf.ragged.range(counts).flat_values * tf.gather(step, example)
-    sizes = tf.minimum(tf.gather(room, example), tf.gather(lengths, example) - starts)
-    return example, starts, tf.maximum(sizes, 0), needed > max_windows
+    index = tf.ragged.range(counts).flat_values
+    starts = index * tf.gather(step, example)
+    sizes = tf.maximum(tf.minimum(tf.gather(room, example), tf.gather(lengths, example) - starts),
+                       0)  # fmt: skip
+    return {"example": example, "index": index, "starts": starts, "sizes": sizes,
+            "positions": tf.ragged.range(starts, starts + sizes), "counts": counts,
+            "cut": needed > max_windows}  # fmt: skip
 
 
-def max_context(positions, example, index, step, room, lengths, counts):
-    """bool (tokens of all windows,), over `positions`' flat values: whether each window's token
-    has its most context in that window among all windows of its text (min of the tokens to
-    its left and to its right, plus 0.01 x the window's size; the first such window on ties),
-    the original run_squad.py's rule.
+def flat_pieces(spans, ids):
+    """int64 (tokens of all windows,): each window token (`window_spans`' `positions`) as an
+    index into the flat values of the texts' ids, ragged (batch, (tokens))."""
+    positions = spans["positions"]
+    # On flat values: a ragged + dense op traces TensorFlow's ragged shape broadcasting.
+    offset = tf.gather(ids.row_starts(), spans["example"])
+    return positions.flat_values + tf.gather(offset, positions.value_rowids())
 
-    Args:
-      positions: ragged (windows, (tokens)), each window token's place in its text.
-      example, index: int64 (windows,), each window's text and its number within the text.
-      step, room, lengths, counts: int64 (batch,), each text's window step, window room, tokens
-        and windows.
-    """
-    token_example = tf.gather(example, positions.value_rowids())
+
+def take_windows(ids, spans):
+    """The windows' tokens, ragged (windows, (tokens)), of texts' ids ragged (batch, (tokens))."""
+    return spans["positions"].with_flat_values(tf.gather(ids.flat_values, flat_pieces(spans, ids)))
+
+
+def max_context(spans, step, room, lengths):
+    """bool (tokens of all windows,), over `spans["positions"]`' flat values: whether each
+    window's token has its most context in that window among all windows of its text (min of
+    the tokens to its left and to its right, plus 0.01 x the window's size; the first such
+    window on ties), the original run_squad.py's rule. `spans` is `window_spans`' result for
+    the texts' `step`, `room` and `lengths`, int64 (batch,) each."""
+    positions, counts = spans["positions"], spans["counts"]
+    token_example = tf.gather(spans["example"], positions.value_rowids())
     p = positions.flat_values[:, None]  # (tokens, 1) place in the text
     longest = tf.maximum(tf.reduce_max(counts), 0)  # 0, not int64's min, for an empty batch
     k = tf.range(longest)[None, :]  # (1, windows of the text with most)
@@ -65,17 +100,8 @@ def max_context(positions, example, index, step, room, lengths, counts):
     score = tf.where(valid, score, -float("inf"))
     best = tf.reduce_max(score, axis=1, keepdims=True)
     first_best = tf.reduce_min(tf.where(score == best, k, tf.int64.max), axis=1)
-    own = tf.gather(index, positions.value_rowids())
+    own = tf.gather(spans["index"], positions.value_rowids())
     return first_best == own
-
-
-def take_windows(ids, example, starts, sizes):
-    """The windows' tokens, ragged (windows, (tokens)), of texts' ids ragged (batch, (tokens))."""
-    positions = tf.ragged.range(starts, starts + sizes)
-    # On flat values: a ragged + dense op traces TensorFlow's ragged shape broadcasting.
-    offset = tf.gather(ids.row_starts(), example)
-    flat = positions.flat_values + tf.gather(offset, positions.value_rowids())
-    return positions.with_flat_values(tf.gather(ids.flat_values, flat))
 
 
 @_SERIALIZABLE
@@ -103,12 +129,7 @@ class BertWindowsPreprocessor(BertPreprocessor):
         self.max_windows = whole_number(max_windows, 1, "max_windows")
         room = self.sequence_length - 1 - num_segments - (
             self.first_text_length if num_segments == 2 else 0)  # fmt: skip
-        if stride is not None:
-            whole_number(stride, 1, "stride", f" (tokens between window starts: 1 to {room})")
-            if stride > room:
-                raise ValueError(f"stride={stride} skips text: a window of sequence_length="
-                                 f"{self.sequence_length} holds {room} tokens of it; pass a "
-                                 f"stride of at most {room}")  # fmt: skip
+        check_stride(stride, room, self.sequence_length)
         self.stride = stride
 
     @property
@@ -126,8 +147,8 @@ class BertWindowsPreprocessor(BertPreprocessor):
         """Texts as `call` takes them -> (encoder inputs int32 (batch, windows, seq), `cut`
         bool (batch,))."""
         first, ids, spans = self._spans(x)
-        example, starts, sizes, cut = spans
-        parts = [take_windows(ids, example, starts, sizes)]
+        example, cut = spans["example"], spans["cut"]
+        parts = [take_windows(ids, spans)]
         if first is not None:
             parts.insert(0, tf.gather(first, example))
         packed = self.packer(*parts)  # (windows, seq)
@@ -139,7 +160,7 @@ class BertWindowsPreprocessor(BertPreprocessor):
     def cut(self, x):
         """bool (batch,): which texts need more than `max_windows` windows (their ends are not
         read), found without packing any."""
-        return self._spans(x)[2][3]
+        return self._spans(x)[2]["cut"]
 
     def _spans(self, x):
         """(a pair's first texts' ids, cut to `first_text_length`, or None; the windowed texts'
@@ -153,8 +174,8 @@ class BertWindowsPreprocessor(BertPreprocessor):
             with tf.control_dependencies([same_batch(*segments, "first and second texts")]):
                 first = self.tokenizer(segments[0])[:, : self.first_text_length]
             room = room - 1 - first.row_lengths()
-        step = room // 2 if self.stride is None else tf.minimum(room, self.stride)
-        return first, ids, window_spans(lengths, room, tf.maximum(step, 1), self.max_windows)
+        return first, ids, window_spans(lengths, room, window_step(room, self.stride),
+                                        self.max_windows)  # fmt: skip
 
     def get_config(self):
         return {**super().get_config(), "max_windows": self.max_windows, "stride": self.stride}
