@@ -33,11 +33,20 @@ def cpu_name():
 
 
 def _commit():
+    """The short hash of HEAD, "-dirty" added where tracked files differ from it; "" without
+    git."""
+    here = os.path.dirname(os.path.abspath(__file__))
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=False, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        head, status = (subprocess.run(["git", *args], capture_output=True, text=True,
+                                       timeout=10, check=False, cwd=here).stdout.strip()
+                        for args in (("rev-parse", "--short", "HEAD"),
+                                     ("status", "--porcelain", "--untracked-files=no")))  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return ""
+    return f"{head}-dirty" if head and status else head
+
+
+_COMMIT = _commit()  # read as the run starts: the code may be committed again before it ends
 
 
 def _command():
@@ -52,7 +61,7 @@ def print_report(report):
     print(json.dumps(report, indent=2), flush=True)
     if flags.FLAGS.results:
         line = {"date": datetime.date.today().isoformat(), "cpu": cpu_name(),
-                "commit": _commit(), "command": _command(),
+                "commit": _COMMIT, "command": _command(),
                 "report": report}  # fmt: skip
         with open(flags.FLAGS.results, "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")  # one write: lines of two runs never interleave

@@ -2,7 +2,7 @@
 sequence_length tokens, on texts whose deciding sentence sits past the first window, as JSON.
 
     python -m benchmarks.long_texts --glue_dir=DIR --squad_file=FILE [--train_texts=800
-        --test_texts=400 --variants=truncate,mean,max --max_windows=8 --epochs=2]
+        --test_texts=400 --variants=truncate,mean,max,attention --max_windows=8 --epochs=2]
 
 Each text is encyclopedic filler (sentences of SQuAD passages, which carry no sentiment; test texts take theirs
 from other passages and other SST-2 sentences than training texts) with
@@ -11,7 +11,9 @@ their first 100 filler tokens ("early"), half after at least --late_tokens of fi
 past the first window. Every variant fine-tunes MiniLM (or --checkpoint) on the same texts in
 the same order with `compile()`'s recipe and scores the test texts, early and late apart:
   truncate  BertClassifier cutting each text at --sequence_length tokens;
-  mean, max BertClassifier(max_windows=...) combining its windows' logits by their mean / max.
+  mean, max BertClassifier(max_windows=...) combining its windows' logits by their mean / max;
+  attention BertClassifier(max_windows=..., window_pooling="attention"): the head on a learned
+            weighting of the windows' [CLS] vectors.
 """
 
 import json
@@ -27,7 +29,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("glue_dir", None, "The GLUE folder, holding SST-2/train.tsv.")
 flags.DEFINE_string("squad_file", None, "A SQuAD JSON file whose passages are the filler.")
 flags.DEFINE_string("checkpoint", None, "The checkpoint to fine-tune. Default: MiniLM.")
-flags.DEFINE_list("variants", ["truncate", "mean", "max"], "Models: truncate, mean, max.")
+flags.DEFINE_list("variants", ["truncate", "mean", "max", "attention"],
+                  "Models: truncate, or windows pooled by mean, max or attention.")
 flags.DEFINE_integer("train_texts", 800, "Training texts (half early, half late).")
 flags.DEFINE_integer("test_texts", 400, "Test texts (half early, half late), from other SST-2 "
                      "sentences and other passages than the training texts'.")
@@ -111,10 +114,10 @@ def main(argv):
     del argv
     from tasks.cli import default_checkpoint
 
-    unknown = sorted(set(FLAGS.variants) - {"truncate", "mean", "max"})
+    unknown = sorted(set(FLAGS.variants) - {"truncate", "mean", "max", "attention"})
     if unknown:
-        raise app.UsageError(f"--variants: {', '.join(unknown)} unknown; give truncate, mean "
-                             "and/or max")  # fmt: skip
+        raise app.UsageError(f"--variants: {', '.join(unknown)} unknown; give truncate, mean, "
+                             "max and/or attention")  # fmt: skip
     checkpoint = FLAGS.checkpoint or default_checkpoint("--checkpoint")
     rng = np.random.default_rng(FLAGS.seed)
     sentences, labels = sst2_train(FLAGS.glue_dir)

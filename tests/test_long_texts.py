@@ -103,6 +103,36 @@ def test_a_texts_logits_combine_its_windows_logits(models, pooling):
         np.testing.assert_allclose(got[row], expected, atol=1e-6)
 
 
+def test_attention_weighs_the_windows_vectors_before_the_head(tiny_checkpoint, tmp_path):
+    model = keras_bert.BertClassifier.from_checkpoint(
+        tiny_checkpoint, num_classes=3, sequence_length=16, max_windows=4,
+        window_pooling="attention", dropout=0.0)  # fmt: skip
+    attend = model.get_layer("windows")
+    kernel = np.random.default_rng(0).normal(size=attend.score.kernel.shape).astype("float32")
+    attend.score.set_weights([kernel, np.array([0.5], "float32")])
+    inputs, _ = model.preprocessor.windows([LONG, CAT])
+    got = model(inputs, training=False).numpy()
+    head = model.head.get_weights()
+    for row in range(2):
+        real = inputs["input_mask"].numpy()[row, :, 0] > 0
+        vectors = model.encoder({n: inputs[n][row][real] for n in INPUT_NAMES},
+                                training=False)["pooled_output"].numpy()  # fmt: skip
+        scores = vectors @ kernel[:, 0] + 0.5
+        weights = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+        expected = (weights[:, None] * vectors).sum(0) @ head[0] + head[1]
+        assert len(vectors) == (4 if row == 0 else 1)
+        np.testing.assert_allclose(got[row], expected, atol=1e-5)
+    texts, labels = [LONG, CAT, "a dog", LONG + " " + LONG], np.array([1, 0, 2, 1])
+    model.compile(learning_rate=1e-2, total_steps=20)
+    history = model.fit(texts, labels, batch_size=2, epochs=10, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    assert not np.allclose(attend.score.get_weights()[0], kernel)  # the scores learn too
+    path = str(tmp_path / "attention.keras")
+    model.save(path)
+    np.testing.assert_allclose(keras.saving.load_model(path).predict(texts, verbose=0),
+                               model.predict(texts, verbose=0), atol=1e-5)  # fmt: skip
+
+
 def test_a_long_text_is_one_example_in_training(tiny_checkpoint, tmp_path):
     model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=2,
                                                       sequence_length=16, max_windows=4,
@@ -131,6 +161,11 @@ def test_a_long_text_is_one_example_in_training(tiny_checkpoint, tmp_path):
     np.testing.assert_allclose(answer["probabilities"].numpy(), tf.nn.softmax(after).numpy(),
                                atol=1e-5)  # fmt: skip
     assert answer["cut"].numpy().tolist() == [False, False, False, True]
+    classified = model.classify(texts, batch_size=3, verbose=0)  # the library answers the same
+    assert classified["cut"].tolist() == [False, False, False, True]
+    np.testing.assert_allclose(classified["probabilities"], answer["probabilities"].numpy(),
+                               atol=1e-5)  # fmt: skip
+    assert classified["label_id"].tolist() == answer["label_id"].numpy().tolist()
     ids = served.signatures["serve_token_ids"](
         **{n: v for n, v in model.preprocessor.windows(texts)[0].items()})  # fmt: skip
     np.testing.assert_allclose(ids["probabilities"].numpy(), tf.nn.softmax(after).numpy(),
@@ -154,7 +189,7 @@ def test_bad_window_settings_are_refused_in_one_line(tiny_checkpoint):
           "stride of at most 14")),
         ({"stride": 4}, "stride is the step between windows: pass max_windows too"),
         ({"max_windows": 2, "window_pooling": "sum"},
-         "window_pooling must be 'mean' or 'max', got 'sum'"),
+         "window_pooling must be 'mean', 'max' or 'attention', got 'sum'"),
     ]  # fmt: skip
     for kwargs, message in cases:
         with pytest.raises(ValueError) as error:

@@ -194,7 +194,7 @@ class CombineWindows(keras.layers.Layer):
     def __init__(self, pooling="mean", **kwargs):
         super().__init__(**kwargs)
         if pooling not in ("mean", "max"):
-            raise ValueError(f"window_pooling must be 'mean' or 'max', got {pooling!r}")
+            raise ValueError(f"CombineWindows pools by 'mean' or 'max', got {pooling!r}")
         self.pooling = pooling
 
     def call(self, logits, input_mask):
@@ -211,6 +211,37 @@ class CombineWindows(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "pooling": self.pooling}
+
+
+@_SERIALIZABLE
+class AttendWindows(keras.layers.Layer):
+    """A text's window [CLS] vectors -> one vector for the text: their sum weighted by a
+    softmax over the text's windows (those whose `input_mask` has a real token) of a learned
+    score, one dense unit a window. The score's kernel starts at zero, so an untrained layer
+    takes the windows' mean.
+
+    Call with pooled (batch * windows, hidden), as the windows were folded (`FoldChoices`),
+    and input_mask int (batch, windows, seq); returns (batch, hidden) in the layer's dtype."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.score = keras.layers.Dense(1, kernel_initializer="zeros", dtype="float32",
+                                        name="score")  # fmt: skip
+
+    def build(self, pooled_shape, input_mask_shape=None):
+        self.score.build(pooled_shape)
+
+    def call(self, pooled, input_mask):
+        shape = ops.shape(input_mask)
+        pooled = ops.cast(pooled, "float32")
+        scores = ops.reshape(self.score(pooled), (shape[0], shape[1]))  # (batch, windows)
+        real = ops.any(input_mask > 0, axis=-1)
+        weights = ops.softmax(ops.where(real, scores, -1e9), axis=-1)
+        vectors = ops.reshape(pooled, (shape[0], shape[1], -1))  # (batch, windows, hidden)
+        return ops.cast(ops.sum(vectors * weights[:, :, None], axis=1), self.compute_dtype)
+
+    def compute_output_shape(self, pooled_shape, input_mask_shape):
+        return (input_mask_shape[0], pooled_shape[-1])
 
 
 @_SERIALIZABLE

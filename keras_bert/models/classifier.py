@@ -3,6 +3,7 @@
     model = keras_bert.BertClassifier.from_checkpoint(path, num_classes=2)
     model.fit(["a fine film", "a dull film"], [1, 0], epochs=3)
     model.predict(["what a film"])          # logits, (batch, num_classes)
+    model.classify(["what a film"])         # label_id, probabilities (and cut), as exported
     model.save("sst2.keras"); model.export("exported/sst2")
 """
 
@@ -13,7 +14,13 @@ import tensorflow as tf
 from keras_bert import serving
 from keras_bert.model.config import whole_number
 from keras_bert.model.encoder import INPUT_NAMES
-from keras_bert.model.heads import ClassifierHead, CombineWindows, FoldChoices, MultipleChoiceHead
+from keras_bert.model.heads import (
+    AttendWindows,
+    ClassifierHead,
+    CombineWindows,
+    FoldChoices,
+    MultipleChoiceHead,
+)
 from keras_bert.models.pretrained import load_pretrained
 from keras_bert.models.task import BertTask
 from keras_bert.text.preprocessing import BertMultipleChoicePreprocessor, BertPreprocessor
@@ -38,11 +45,12 @@ class BertClassifier(BertTask):
     `num_classes=1` is regression (one unbounded score, as STS-B needs; mean squared error).
 
     With a `BertWindowsPreprocessor` (`from_checkpoint(..., max_windows=N)`) the classifier
-    reads whole texts: each window of a text is encoded and scored on its own, and the text's
-    logits are the mean (or max, `window_pooling`) of its windows'. A text is one example in
-    training too: its windows share its label and its one loss. Its inputs are then int32
-    (batch, windows, seq), and an export also returns `cut` (the text was longer than
-    `max_windows` windows).
+    reads whole texts: each window of a text is encoded on its own, and `window_pooling`
+    makes the text's logits: "mean" (the default) or "max" of the windows' logits, or
+    "attention", the head on a learned softmax-weighted sum of the windows' [CLS] vectors.
+    A text is one example in training too: its windows share its label and its one loss.
+    Its inputs are then int32 (batch, windows, seq); `classify` and an export also return
+    `cut` (the text was longer than `max_windows` windows).
 
     Args:
       encoder: a `BertEncoder`.
@@ -51,7 +59,8 @@ class BertClassifier(BertTask):
       num_classes: classes, or 1 for regression.
       labels: optional names of the classes, which an export returns beside their ids.
       dropout: dropout before the dense layer (default: the encoder's hidden dropout).
-      window_pooling: "mean" or "max": how window logits make a text's (windows only).
+      window_pooling: "mean", "max" or "attention": how windows make a text's logits
+        (windows only).
     """
 
     ENCODER_OUTPUTS = ("pooled_output_only",)
@@ -69,17 +78,27 @@ class BertClassifier(BertTask):
         head = ClassifierHead(num_classes, dropout, encoder.config.initializer_range,
                               dtype=encoder.policy, name="classifier")  # fmt: skip
         windowed = isinstance(preprocessor, BertWindowsPreprocessor)
-        combine = CombineWindows(window_pooling, dtype="float32", name="windows") if (
-            windowed) else None  # fmt: skip
+        if window_pooling not in ("mean", "max", "attention"):
+            raise ValueError(f"window_pooling must be 'mean', 'max' or 'attention', got "
+                             f"{window_pooling!r}")  # fmt: skip
+        if not windowed:
+            combine = None
+        elif window_pooling == "attention":
+            combine = AttendWindows(dtype=encoder.policy, name="windows")
+        else:
+            combine = CombineWindows(window_pooling, dtype="float32", name="windows")
         # === Graph ===
         shape = (None, None) if windowed else (None,)  # (windows, seq) or (seq,) an example
         inputs = {name: keras.Input(shape, dtype="int32", name=name) for name in INPUT_NAMES}
         encoded = {n: FoldChoices(name=f"fold_{n}")(x) for n, x in inputs.items()} if (
             windowed) else inputs  # fmt: skip
         # pooled_output_only: the last block computes the [CLS] token alone (encoder.py).
-        outputs = head(encoder(encoded)["pooled_output_only"])
-        if windowed:
-            outputs = combine(outputs, inputs["input_mask"])
+        pooled = encoder(encoded)["pooled_output_only"]
+        if isinstance(combine, AttendWindows):  # windows' vectors -> a text's, then the head
+            outputs = head(combine(pooled, inputs["input_mask"]))
+        else:
+            outputs = head(pooled)
+            outputs = combine(outputs, inputs["input_mask"]) if windowed else outputs
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         # === Config ===
         self.encoder = encoder
@@ -176,16 +195,29 @@ class BertClassifier(BertTask):
             outputs["label"] = tf.gather(tf.constant(self.labels), outputs["label_id"])
         return outputs
 
-    def serving_functions(self):
-        def from_text(*texts):
-            if not self.windowed:
-                return self.serving_outputs(self(self.preprocessor(list(texts)), training=False))
-            inputs, cut = self.preprocessor.windows(list(texts))
-            return {**self.serving_outputs(self(inputs, training=False)), "cut": cut}
+    def answer(self, *texts):
+        """tf.string (batch,) texts (a second tensor for pairs) -> what an export answers, in
+        the graph: `serving_outputs`, and with windows `cut` bool (batch,)."""
+        if not self.windowed:
+            return self.serving_outputs(self(self.preprocessor(list(texts)), training=False))
+        inputs, cut = self.preprocessor.windows(list(texts))
+        return {**self.serving_outputs(self(inputs, training=False)), "cut": cut}
 
+    def classify(self, x, batch_size=None, verbose="auto"):
+        """Raw texts (a list of strings, or a pair of lists) -> what the export answers, as a
+        dict of NumPy arrays over the texts: `label_id` int32 and `probabilities` float32
+        (texts, num_classes), `label` (str, with label names), or `score` for regression;
+        and `cut` bool, with windows: the text was longer than `max_windows` windows."""
+        results = list(self.map_batches(self.answer, x, batch_size, verbose, unit="text"))
+        merged = tf.nest.map_structure(lambda *parts: np.concatenate(parts), *results)
+        if "label" in merged:
+            merged["label"] = np.array([name.decode("utf-8") for name in merged["label"]], object)
+        return merged
+
+    def serving_functions(self):
         ids_shape = (None, None, None) if self.windowed else (None, None)
         return {
-            "serving_default": (from_text, serving.text_specs(self.preprocessor.text_names)),
+            "serving_default": (self.answer, serving.text_specs(self.preprocessor.text_names)),
             "serve_token_ids": self.token_id_function(self.serving_outputs, ids_shape),
         }
 
