@@ -21,7 +21,7 @@ from benchmarks.peer_worker import (
 CHANNEL = peer_worker.protocol_channel()
 
 # Nothing below may print to the real stdout: hence the imports after the channel.
-if peer_worker.options()["bench"] in ("encoder", "tokenizer", "finetune"):
+if peer_worker.options()["bench"] in ("encoder", "tokenizer", "finetune", "embed"):
     # Before TensorFlow, as in a user's program: importing keras_bert turns oneDNN on unless
     # the environment says otherwise (keras_bert/__init__.py), which TensorFlow reads as it loads.
     import keras_bert  # noqa: E402,F401
@@ -31,6 +31,8 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_text  # noqa: E402,F401  (registers the tokenizer's ops for a loaded export)
 
 from benchmarks.ceiling import matmul_ceiling  # noqa: E402
+
+INFO = {}  # what the jobs' set-up learnt, reported with the versions
 
 
 def realize(outputs):
@@ -224,6 +226,18 @@ def finetune_jobs(opts):
     return jobs
 
 
+def embed_jobs(opts):
+    """BertTextEmbedder.predict: strings to unit vectors, pooled as the checkpoint says."""
+    import keras_bert
+
+    model = keras_bert.BertTextEmbedder.from_checkpoint(checkpoint_folder(opts))
+    jobs, info = peer_worker.embed_jobs_on(
+        lambda texts, size: model.predict(texts, batch_size=size, verbose=0), opts,
+        "keras_bert")  # fmt: skip
+    INFO.update(info)
+    return jobs
+
+
 def prepare_serving(opts):
     """Writes the run's weights for the PyTorch side: a Hugging Face folder and head.npz."""
     import keras
@@ -250,9 +264,10 @@ def main():
     if opts["bench"] == "prepare_serving":
         return prepare_serving(opts)
     make = {"encoder": encoder_jobs, "tokenizer": tokenizer_jobs, "serving": serving_jobs,
-            "finetune": finetune_jobs, "products": products_jobs}[opts["bench"]]  # fmt: skip
+            "finetune": finetune_jobs, "products": products_jobs,
+            "embed": embed_jobs}[opts["bench"]]  # fmt: skip
     jobs = make(opts)
-    info = {"tensorflow": tf.__version__,
+    info = {**INFO, "tensorflow": tf.__version__,
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
             "onednn": onednn_enabled(),

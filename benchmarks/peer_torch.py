@@ -129,6 +129,18 @@ def serving_jobs(opts):
     return jobs
 
 
+def embed_jobs(opts):
+    """sentence-transformers' encode: strings to vectors, as the checkpoint's files say."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(checkpoint_folder(opts), device="cpu")
+    jobs, info = peer_worker.embed_jobs_on(
+        lambda texts, size: model.encode(texts, batch_size=size, convert_to_numpy=True),
+        opts, "pytorch")  # fmt: skip
+    INFO.update(info)
+    return jobs
+
+
 def finetune_jobs(opts):
     folder = checkpoint_folder(opts)
     tokenizer = fast_tokenizer(os.path.join(folder, "vocab.txt"))
@@ -193,7 +205,8 @@ def main():
     if opts.get("threads"):
         torch.set_num_threads(opts["threads"])
     make = {"encoder": encoder_jobs, "tokenizer": tokenizer_jobs, "serving": serving_jobs,
-            "finetune": finetune_jobs, "products": products_jobs}[opts["bench"]]  # fmt: skip
+            "finetune": finetune_jobs, "products": products_jobs,
+            "embed": embed_jobs}[opts["bench"]]  # fmt: skip
     jobs = make(opts)
     info = {"torch": torch.__version__, "transformers": transformers.__version__,
             "tokenizers": tokenizers.__version__, "threads": torch.get_num_threads(),

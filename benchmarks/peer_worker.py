@@ -44,6 +44,45 @@ def sst2(split):
     return [sentence for sentence, _ in rows], [int(label) for _, label in rows]
 
 
+def embed_jobs_on(embed, opts, side):
+    """The embed bench's jobs on one side, `embed(texts, batch_size)` -> float32 vectors:
+    embed_batch_N strings to vectors, N sentences a call; the side's vectors of the first 256
+    SST-2 dev sentences saved for the agreement check; and with --glue_dir, the side's STS-B
+    dev Spearman correlation of cosine similarity with the gold scores, put in `info`."""
+    import numpy as np
+
+    sentences, _ = sst2("dev")
+    np.save(os.path.join(opts["scratch"], f"{side}_vectors.npy"), embed(sentences[:256], 32))
+    info = {}
+    if opts.get("glue_dir"):
+        info["stsb_dev_spearman"] = stsb_spearman(opts["glue_dir"], embed)
+    jobs = {}
+    for size, count in SERVING_SENTENCES.items():
+        calls = [sentences[i : i + size] for i in range(0, count, size)]
+
+        def run(calls=calls, count=count, size=size):
+            return count, "sentences", per_call(calls, lambda c: embed(c, size))
+
+        jobs[f"embed_batch_{size}"] = run
+    return jobs, info
+
+
+def stsb_spearman(glue_dir, embed):
+    """Spearman's correlation, over STS-B dev's pairs, of the cosine similarity of the two
+    sentences' vectors with the gold score (what sentence-transformers reports)."""
+    import csv
+
+    import numpy as np
+
+    from tasks.glue_metrics import spearman
+
+    with open(os.path.join(glue_dir, "STS-B", "dev.tsv"), encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    a, b = (embed([row[key] for row in rows], 32) for key in ("sentence1", "sentence2"))
+    a, b = (v / np.linalg.norm(v, axis=1, keepdims=True) for v in (a, b))
+    return spearman((a * b).sum(1), np.array([float(row["score"]) for row in rows]))
+
+
 def per_call(calls, run):
     """Runs `run(call)` for each call; returns the seconds each took."""
     latencies = []

@@ -1,6 +1,6 @@
 """keras_bert side by side with PyTorch, each side in its own process, printed as JSON.
 
-    pip install -e '.[bench]'                  # PyTorch, transformers, tokenizers
+    pip install -e '.[bench]'          # PyTorch, transformers, tokenizers, sentence-transformers
     python -m benchmarks.peers --bench=encoder      # BERT-base forward / training step, f32 and bf16
     python -m benchmarks.peers --bench=tokenizer    # strings to packed ids: BertPreprocessor against
                                                     # the Rust tokenizer, both on Python lists
@@ -16,6 +16,10 @@
     python -m benchmarks.peers --bench=encoder --onednn_frozen_weights
                                                     # ... also the forward a bf16 export serves
     python -m benchmarks.peers --bench=finetune     # fine-tuning MiniLM on SST-2, examples/s
+    python -m benchmarks.peers --bench=embed [--glue_dir=DIR]
+                                                    # strings to sentence vectors, batch 1 and
+                                                    # 32, against sentence-transformers; with
+                                                    # --glue_dir, each side's STS-B dev Spearman
     python -m benchmarks.peers --bench=learning --glue_dir=DIR
                                                     # what fine-tuning learns on the same
                                                     # data (benchmarks/learning.py)
@@ -57,7 +61,8 @@ from benchmarks.peer_worker import checkpoint_config, checkpoint_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("bench", "encoder",
-                  ["encoder", "tokenizer", "serving", "finetune", "products", "learning"],
+                  ["encoder", "tokenizer", "serving", "finetune", "products", "learning",
+                   "embed"],
                   "What to compare (see the module docstring).")  # fmt: skip
 flags.DEFINE_integer("rounds", 5, "Alternating rounds; each round times every job once a side.")
 flags.DEFINE_integer("batch_size", None, "Examples per call. Default: 8 for encoder, 32 for "
@@ -85,7 +90,8 @@ flags.DEFINE_enum("widths", "checkpoint", ["checkpoint", "base"], "products: the
                   "trains and runs its forward on).")
 flags.DEFINE_string("output", None, "Also write the JSON report to this file.")
 flags.DEFINE_string("glue_dir", None, "learning: the GLUE folder, holding <task>/train.tsv "
-                    "and <task>/dev.tsv.")
+                    "and <task>/dev.tsv; embed: the GLUE folder whose STS-B/dev.tsv each side "
+                    "scores (optional).")
 flags.DEFINE_enum("task", "SST-2", ["SST-2", "MRPC"], "learning: the GLUE task.")
 flags.DEFINE_list("sizes", ["512", "2000", "8000"], "learning: training examples, the last N "
                   "of the training file; 'all' for every one.")
@@ -186,6 +192,7 @@ def options():
             "run_dir": FLAGS.run_dir, "checkpoint": FLAGS.checkpoint, "widths": FLAGS.widths,
             "onednn_frozen_weights": FLAGS.onednn_frozen_weights,
             "threads": thread_settings(), "onednn": onednn_settings(), "tf_env": tf_env(),
+            "glue_dir": FLAGS.glue_dir if FLAGS.bench == "embed" else None,
             "scratch": tempfile.mkdtemp(prefix="peers-")}  # fmt: skip
 
 
@@ -261,6 +268,11 @@ def agreement(opts):
     if opts["bench"] == "serving":
         ours, theirs = load("keras_bert_labels.npy"), load("pytorch_labels.npy")
         return {"equal_labels": int(np.sum(ours == theirs)), "sentences": len(ours)}
+    if opts["bench"] == "embed":
+        ours, theirs = load("keras_bert_vectors.npy"), load("pytorch_vectors.npy")
+        cosines = (ours * theirs).sum(1) / (np.linalg.norm(ours, axis=1) *
+                                            np.linalg.norm(theirs, axis=1))  # fmt: skip
+        return {"lowest_cosine": float(cosines.min()), "sentences": len(ours)}
     return None
 
 

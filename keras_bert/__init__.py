@@ -44,19 +44,25 @@ _use_onednn()
 
 # Importing the modules registers every Keras-serializable class, so that saved models load.
 from keras_bert.checkpoints import BertCheckpoint, load_checkpoint, save_checkpoint
-from keras_bert.model import heads, layers  # noqa: F401
+from keras_bert.model import heads, layers, pooling  # noqa: F401
 from keras_bert.model.config import BertConfig
 from keras_bert.model.encoder import BertEncoder
 from keras_bert.models.classifier import BertClassifier, BertMultipleChoice
+from keras_bert.models.embedder import BertTextEmbedder
 from keras_bert.models.pretrainer import BertPretrainer, BertPretrainingPreprocessor
 from keras_bert.models.question_answerer import BertQuestionAnswerer
 from keras_bert.models.spans import SpanWindows
 from keras_bert.models.tagging import WordTagger
 from keras_bert.models.token_classifier import BertTokenClassifier
 from keras_bert.text.packer import BertPacker
-from keras_bert.text.preprocessing import BertMultipleChoicePreprocessor, BertPreprocessor
+from keras_bert.text.preprocessing import (
+    BertMultipleChoicePreprocessor,
+    BertPreprocessor,
+    BertTextsPreprocessor,
+)
 from keras_bert.text.tokenizer import BertTokenizer
 from keras_bert.text.windows import BertWindowsPreprocessor
+from keras_bert.training.losses import CoSENTLoss, MultipleNegativesRankingLoss
 from keras_bert.training.optimization import WarmupLinearDecay, create_optimizer
 from keras_bert.training.pretraining import sentence_pairs
 
@@ -72,8 +78,12 @@ __all__ = [
     "BertPretrainer",
     "BertPretrainingPreprocessor",
     "BertQuestionAnswerer",
+    "BertTextEmbedder",
+    "BertTextsPreprocessor",
     "BertTokenClassifier",
     "BertWindowsPreprocessor",
+    "CoSENTLoss",
+    "MultipleNegativesRankingLoss",
     "SpanWindows",
     "WordTagger",
     "BertTokenizer",

@@ -149,6 +149,8 @@ def runs(tiny_checkpoint, export, scratch):
                           "batch_1~tf_serving", "batch_32"),
         "finetune": worker({**tiny, "bench": "finetune", "batch_size": 2, "steps": 1,
                             "precisions": ["float32"]}, "finetune~float32"),
+        "embed": worker({**tiny, "bench": "embed", "glue_dir": os.path.join(DATA, "glue")},
+                        "embed_batch_1"),
         "products": worker({**tiny, "bench": "products", "batch_size": 3,
                             "precisions": ["float32", "bfloat16"]}, "float32/products"),
         "learning": {"module": "benchmarks.learning", "args": [json.dumps(learning_run)]},
@@ -233,6 +235,16 @@ def test_the_finetune_bench_offers_only_the_precisions_asked_for(runs):
     announced, [report] = worker_lines(runs, "finetune")
     assert announced["jobs"] == ["finetune~float32", "finetune~float32~xla"]
     assert (report["items"], report["unit"]) == (20, "examples")  # 2 a step, 10 steps
+
+
+def test_the_embed_bench_times_both_batches_and_scores_sts_b(runs, scratch):
+    announced, [report] = worker_lines(runs, "embed")
+    assert announced["jobs"] == ["embed_batch_1", "embed_batch_32"]
+    assert (report["items"], len(report["latencies"])) == (64, 64)  # one sentence a call
+    assert -1.0 <= announced["stsb_dev_spearman"] <= 1.0  # 24 pairs of tests/data
+    vectors = np.load(os.path.join(scratch, "keras_bert_vectors.npy"))
+    assert vectors.shape == (256, 12)  # the agreement check's, unit length
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
 def test_the_products_bench_offers_each_precision(runs):

@@ -183,68 +183,6 @@ class FoldChoices(keras.layers.Layer):
 
 
 @_SERIALIZABLE
-class CombineWindows(keras.layers.Layer):
-    """A text's window logits -> the text's logits: their mean or their max over the text's
-    windows (those whose `input_mask` has a real token).
-
-    Call with logits float32 (batch * windows, classes), as the windows were folded
-    (`FoldChoices`), and input_mask int (batch, windows, seq); returns float32
-    (batch, classes)."""
-
-    def __init__(self, pooling="mean", **kwargs):
-        super().__init__(**kwargs)
-        if pooling not in ("mean", "max"):
-            raise ValueError(f"CombineWindows pools by 'mean' or 'max', got {pooling!r}")
-        self.pooling = pooling
-
-    def call(self, logits, input_mask):
-        shape = ops.shape(input_mask)
-        logits = ops.reshape(logits, (shape[0], shape[1], -1))  # (batch, windows, classes)
-        real = ops.any(input_mask > 0, axis=-1)[:, :, None]
-        if self.pooling == "max":
-            return ops.max(ops.where(real, logits, float("-inf")), axis=1)
-        count = ops.sum(ops.cast(real, logits.dtype), axis=1)
-        return ops.sum(ops.where(real, logits, 0.0), axis=1) / ops.maximum(count, 1.0)
-
-    def compute_output_shape(self, logits_shape, input_mask_shape):
-        return (input_mask_shape[0], logits_shape[-1])
-
-    def get_config(self):
-        return {**super().get_config(), "pooling": self.pooling}
-
-
-@_SERIALIZABLE
-class AttendWindows(keras.layers.Layer):
-    """A text's window [CLS] vectors -> one vector for the text: their sum weighted by a
-    softmax over the text's windows (those whose `input_mask` has a real token) of a learned
-    score, one dense unit a window. The score's kernel starts at zero, so an untrained layer
-    takes the windows' mean.
-
-    Call with pooled (batch * windows, hidden), as the windows were folded (`FoldChoices`),
-    and input_mask int (batch, windows, seq); returns (batch, hidden) in the layer's dtype."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.score = keras.layers.Dense(1, kernel_initializer="zeros", dtype="float32",
-                                        name="score")  # fmt: skip
-
-    def build(self, pooled_shape, input_mask_shape=None):
-        self.score.build(pooled_shape)
-
-    def call(self, pooled, input_mask):
-        shape = ops.shape(input_mask)
-        pooled = ops.cast(pooled, "float32")
-        scores = ops.reshape(self.score(pooled), (shape[0], shape[1]))  # (batch, windows)
-        real = ops.any(input_mask > 0, axis=-1)
-        weights = ops.softmax(ops.where(real, scores, -1e9), axis=-1)
-        vectors = ops.reshape(pooled, (shape[0], shape[1], -1))  # (batch, windows, hidden)
-        return ops.cast(ops.sum(vectors * weights[:, :, None], axis=1), self.compute_dtype)
-
-    def compute_output_shape(self, pooled_shape, input_mask_shape):
-        return (input_mask_shape[0], pooled_shape[-1])
-
-
-@_SERIALIZABLE
 class SpanLabelerHead(keras.layers.Layer):
     """Start and end logits for every position (SQuAD): (batch, seq, hidden) in, a dict of two
     float32 (batch, seq) tensors out, `start_logits` and `end_logits`.

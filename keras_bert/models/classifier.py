@@ -14,13 +14,8 @@ import tensorflow as tf
 from keras_bert import serving
 from keras_bert.model.config import whole_number
 from keras_bert.model.encoder import INPUT_NAMES
-from keras_bert.model.heads import (
-    AttendWindows,
-    ClassifierHead,
-    CombineWindows,
-    FoldChoices,
-    MultipleChoiceHead,
-)
+from keras_bert.model.heads import ClassifierHead, FoldChoices, MultipleChoiceHead
+from keras_bert.model.pooling import AttendWindows, CombineWindows
 from keras_bert.models.pretrained import load_pretrained
 from keras_bert.models.task import BertTask
 from keras_bert.text.preprocessing import BertMultipleChoicePreprocessor, BertPreprocessor

@@ -236,3 +236,67 @@ class BertMultipleChoicePreprocessor(BertPreprocessor):
         del config["num_segments"]
         return config
 
+
+
+@_SERIALIZABLE
+class BertTextsPreprocessor(BertPreprocessor):
+    """Packs each text of an example on its own, `[CLS] text [SEP]`: what a text embedder
+    reads, one text an example to embed, or texts that go together to train on (an anchor and
+    its positive, hard negatives after them; or the two texts of a scored pair).
+
+    Call with a tf.string (batch,) tensor, a tuple/list of such tensors of one length (the
+    example's texts), or a dict keyed `sentence`; returns encoder inputs int32
+    (batch, texts, seq).
+    """
+
+    def __init__(self, tokenizer, packer, **kwargs):
+        kwargs["num_segments"] = 1
+        super().__init__(tokenizer, packer, **kwargs)
+
+    def _expected(self):
+        return ("a list of strings, or a tuple of lists of strings of one length (texts that go "
+                "together: anchors, positives, ...)")  # fmt: skip
+
+    def segments(self, x):
+        """x as a list of rank-1 string tensors, one for each text of an example."""
+        if isinstance(x, dict):
+            if "sentence" not in x:
+                raise ValueError("inputs lack sentence (this model takes sentence)")
+            x = [x["sentence"]]
+        elif not isinstance(x, (tuple, list)) or not x or isinstance(x[0], (str, bytes)):
+            x = [x]
+        texts = [_texts(t, "texts") for t in x]
+        for t in texts:
+            if t.shape.rank != 1:
+                raise ValueError(f"expected {self._expected()}, got a string tensor of shape "
+                                 f"{t.shape}")  # fmt: skip
+        lengths = {int(t.shape[0]) for t in texts if t.shape[0] is not None}
+        if len(lengths) > 1:
+            raise ValueError(f"the example's texts come in lists of {sorted(lengths)} strings: "
+                             "give one text of each list per example")  # fmt: skip
+        return texts
+
+    def texts(self, x):
+        return self.segments(x)
+
+    def call(self, x):
+        texts = self.segments(x)
+        count = len(texts)
+        batch = tf.shape(texts[0])[0]
+        for t in texts[1:]:
+            tf.debugging.assert_equal(tf.shape(t)[0], batch,
+                                      message="an example's texts come in lists of one length")
+        packed = self.packer(self.tokenizer(tf.concat(texts, 0)))  # (texts * batch, seq)
+        return {k: tf.transpose(tf.reshape(v, [count, batch, -1]), [1, 0, 2])
+                for k, v in packed.items()}  # fmt: skip
+
+    def untruncated_lengths(self, x):
+        """int64 (batch, texts): tokens each text packs to before truncation."""
+        texts = self.segments(x)
+        lengths = self.tokenizer(tf.concat(texts, 0)).row_lengths() + 2
+        return tf.transpose(tf.reshape(lengths, [len(texts), -1]))
+
+    def get_config(self):
+        config = super().get_config()
+        del config["num_segments"]
+        return config

@@ -1,4 +1,6 @@
-"""The masked-LM loss: softmax cross-entropy over the vocabulary, its gradient written out."""
+"""Losses of the task models: the masked-LM loss (softmax cross-entropy over the vocabulary,
+its gradient written out), and the text embedder's two, in-batch negatives for pairs of texts
+that go together and CoSENT for pairs with a similarity score."""
 
 import keras
 import tensorflow as tf
@@ -58,3 +60,63 @@ class SparseCrossEntropyFromLogits(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         return sparse_cross_entropy_from_logits(y_true, y_pred)
+
+
+def _unit(vectors):
+    return tf.math.l2_normalize(tf.cast(vectors, tf.float32), axis=-1, epsilon=1e-12)
+
+
+@_SERIALIZABLE
+class MultipleNegativesRankingLoss(keras.losses.Loss):
+    """In-batch negatives (sentence-transformers' MultipleNegativesRankingLoss): for each
+    example's first text (the anchor), its second text is the answer among every second (and
+    further: hard negatives) text of the batch. The loss is the cross-entropy of `scale` times
+    the cosine similarities of the anchor to all of them, the right one at the anchor's row.
+
+    y_pred: (batch, texts, dim) vectors, texts >= 2 (anchor, positive, negatives...); y_true is
+    not read. Returns (batch,) losses."""
+
+    def __init__(self, scale=20.0, name="multiple_negatives_ranking",
+                 reduction="sum_over_batch_size", dtype=None):  # fmt: skip
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.scale = float(scale)
+
+    def call(self, y_true, y_pred):
+        del y_true
+        vectors = _unit(y_pred)
+        anchors = vectors[:, 0]
+        # Candidates: every example's positive (rows 0..batch-1), then its hard negatives.
+        others = tf.transpose(vectors[:, 1:], (1, 0, 2))
+        candidates = tf.reshape(others, (-1, tf.shape(vectors)[-1]))
+        scores = self.scale * tf.matmul(anchors, candidates, transpose_b=True)
+        labels = tf.range(tf.shape(anchors)[0])
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels, scores)
+
+    def get_config(self):
+        return {**super().get_config(), "scale": self.scale}
+
+
+@_SERIALIZABLE
+class CoSENTLoss(keras.losses.Loss):
+    """CoSENT (sentence-transformers' CoSENTLoss): for every two pairs of the batch whose
+    scores say the first is less similar than the second, a penalty that grows with how far
+    the first's cosine similarity lies above the second's:
+    log(1 + sum exp(scale * (cos_i - cos_j))) over y_i < y_j. Only the scores' order counts.
+
+    y_true: (batch,) similarity scores; y_pred: (batch, 2, dim) vectors of the two texts.
+    Returns the batch's loss, a scalar."""
+
+    def __init__(self, scale=20.0, name="cosent", reduction="sum_over_batch_size", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.scale = float(scale)
+
+    def call(self, y_true, y_pred):
+        vectors = _unit(y_pred)
+        cosines = self.scale * tf.reduce_sum(vectors[:, 0] * vectors[:, 1], axis=-1)
+        scores = tf.reshape(tf.cast(y_true, tf.float32), [-1])
+        less = scores[:, None] < scores[None, :]  # pair i is less similar than pair j
+        terms = tf.boolean_mask(cosines[:, None] - cosines[None, :], less)
+        return tf.reduce_logsumexp(tf.concat([[0.0], terms], 0))
+
+    def get_config(self):
+        return {**super().get_config(), "scale": self.scale}
