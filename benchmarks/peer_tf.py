@@ -227,13 +227,29 @@ def finetune_jobs(opts):
 
 
 def embed_jobs(opts):
-    """BertTextEmbedder.predict: strings to unit vectors, pooled as the checkpoint says."""
+    """embed_batch_N: BertTextEmbedder.predict, strings to unit vectors, pooled as the
+    checkpoint says; embed_batch_N~tf_serving: the same calls to its export, loaded as TF
+    Serving loads it (one graph in a session, each block in column parts)."""
     import keras_bert
 
     model = keras_bert.BertTextEmbedder.from_checkpoint(checkpoint_folder(opts))
     jobs, info = peer_worker.embed_jobs_on(
         lambda texts, size: model.predict(texts, batch_size=size, verbose=0), opts,
         "keras_bert")  # fmt: skip
+    session = tf_serving_module().LoadedLikeTfServing(
+        model.export(os.path.join(opts["scratch"], "embedder")),
+        intra_op_threads=opts.get("threads") or 0)  # fmt: skip
+    sentences, _ = sst2("dev")
+    for size, count in SERVING_SENTENCES.items():
+        arrays = [np.array(sentences[i : i + size], dtype=object) for i in range(0, count, size)]
+
+        def run_session(arrays=arrays, count=count):
+            return count, "sentences", peer_worker.per_call(arrays, lambda a: session(sentence=a))
+
+        jobs[f"embed_batch_{size}~tf_serving"] = run_session
+    served = session(sentence=np.array(sentences[:32], dtype=object))["embedding"]
+    info["export_max_difference"] = float(np.abs(
+        served - model.predict(sentences[:32], verbose=0)).max())  # fmt: skip
     INFO.update(info)
     return jobs
 

@@ -20,6 +20,10 @@
                                                     # strings to sentence vectors, batch 1 and
                                                     # 32, against sentence-transformers; with
                                                     # --glue_dir, each side's STS-B dev Spearman
+    python -m benchmarks.peers --bench=embed_learning --glue_dir=DIR
+                                                    # what fine-tuning a text embedder learns
+                                                    # against sentence-transformers' fit
+                                                    # (benchmarks/embedding_learning.py)
     python -m benchmarks.peers --bench=learning --glue_dir=DIR
                                                     # what fine-tuning learns on the same
                                                     # data (benchmarks/learning.py)
@@ -62,7 +66,7 @@ from benchmarks.peer_worker import checkpoint_config, checkpoint_folder
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("bench", "encoder",
                   ["encoder", "tokenizer", "serving", "finetune", "products", "learning",
-                   "embed"],
+                   "embed", "embed_learning"],
                   "What to compare (see the module docstring).")  # fmt: skip
 flags.DEFINE_integer("rounds", 5, "Alternating rounds; each round times every job once a side.")
 flags.DEFINE_integer("batch_size", None, "Examples per call. Default: 8 for encoder, 32 for "
@@ -95,12 +99,17 @@ flags.DEFINE_string("glue_dir", None, "learning: the GLUE folder, holding <task>
 flags.DEFINE_enum("task", "SST-2", ["SST-2", "MRPC"], "learning: the GLUE task.")
 flags.DEFINE_list("sizes", ["512", "2000", "8000"], "learning: training examples, the last N "
                   "of the training file; 'all' for every one.")
-flags.DEFINE_integer("seeds", 3, "learning: seeds per setting (first_seed, first_seed + 1, ...).")
-flags.DEFINE_integer("first_seed", 0, "learning: the first seed.")
+flags.DEFINE_integer("seeds", 3, "learning, embed_learning: seeds per setting (first_seed, "
+                     "first_seed + 1, ...).")
+flags.DEFINE_list("embed_tasks", ["sts", "retrieval"], "embed_learning: sts and/or retrieval "
+                  "(benchmarks/embedding_learning.py says what each is).")
+flags.DEFINE_integer("first_seed", 0, "learning, embed_learning: the first seed.")
 flags.DEFINE_list("recipes", ["plain", "library"], "learning: plain and/or library "
                   "(benchmarks/learning.py says what each is).")
-flags.DEFINE_float("learning_rate", 5e-5, "learning: the (peak) learning rate.")
-flags.DEFINE_integer("epochs", 1, "learning: passes over the training examples.")
+flags.DEFINE_float("learning_rate", 5e-5, "learning, embed_learning: the (peak) learning "
+                   "rate (sentence-transformers' default is 2e-5).")
+flags.DEFINE_integer("epochs", 1, "learning, embed_learning: passes over the training "
+                     "examples.")
 flags.DEFINE_list("threads", [], "Threads each side computes an op with (TensorFlow's "
                   "intra-op threads, torch.set_num_threads), the same on both sides; 0 is each "
                   "framework's own default (one per core). A list (1,0) measures every setting "
@@ -288,6 +297,16 @@ def learning_report():
         "batch_size": FLAGS.batch_size or 16, "epochs": FLAGS.epochs})  # fmt: skip
 
 
+def embed_learning_report():
+    from benchmarks import embedding_learning
+
+    return embedding_learning.main({
+        "tasks": FLAGS.embed_tasks, "glue_dir": FLAGS.glue_dir, "seeds": FLAGS.seeds,
+        "first_seed": FLAGS.first_seed,
+        "checkpoint": checkpoint_folder({"checkpoint": FLAGS.checkpoint}),
+        "learning_rate": FLAGS.learning_rate, "epochs": FLAGS.epochs})  # fmt: skip
+
+
 def write_report(report):
     if FLAGS.output:
         tmp = f"{FLAGS.output}.tmp-{os.getpid()}"
@@ -301,6 +320,8 @@ def main(argv):
     del argv
     if FLAGS.bench == "learning":
         return write_report(learning_report())
+    if FLAGS.bench == "embed_learning":
+        return write_report(embed_learning_report())
     opts = options()
     prepare(opts)
     settings = opts["threads"]

@@ -154,6 +154,11 @@ def runs(tiny_checkpoint, export, scratch):
         "products": worker({**tiny, "bench": "products", "batch_size": 3,
                             "precisions": ["float32", "bfloat16"]}, "float32/products"),
         "learning": {"module": "benchmarks.learning", "args": [json.dumps(learning_run)]},
+        **{f"embed_learning_{task}": {"module": "benchmarks.embedding_learning", "args": [
+            json.dumps({"side": "keras_bert", "task": task, "seed": 1, "batch_size": 8,
+                        "epochs": 1, "learning_rate": 1e-4, "checkpoint": tiny_checkpoint,
+                        "glue_dir": os.path.join(DATA, "glue")})]}
+           for task in ("sts", "retrieval")},
         "ceiling": bench("ceiling", "--model=minilm", "--layers=1", "--batch_size=1",
                          "--seq_length=8", "--rounds=1", "--steps=1", "--column_parts=2",
                          "--intra_op_threads=1", f"--results={results}"),
@@ -239,7 +244,9 @@ def test_the_finetune_bench_offers_only_the_precisions_asked_for(runs):
 
 def test_the_embed_bench_times_both_batches_and_scores_sts_b(runs, scratch):
     announced, [report] = worker_lines(runs, "embed")
-    assert announced["jobs"] == ["embed_batch_1", "embed_batch_32"]
+    assert announced["jobs"] == ["embed_batch_1", "embed_batch_32", "embed_batch_1~tf_serving",
+                                 "embed_batch_32~tf_serving"]  # fmt: skip
+    assert announced["export_max_difference"] < 1e-5
     assert (report["items"], len(report["latencies"])) == (64, 64)  # one sentence a call
     assert -1.0 <= announced["stsb_dev_spearman"] <= 1.0  # 24 pairs of tests/data
     vectors = np.load(os.path.join(scratch, "keras_bert_vectors.npy"))
@@ -257,6 +264,14 @@ def test_the_products_bench_offers_each_precision(runs):
 def test_the_learning_bench_trains_and_scores_the_keras_bert_side(runs):
     scored = json.loads(report_of(runs, "learning").strip().splitlines()[-1])
     assert 0.0 <= scored["accuracy"] <= 1.0 and 0.0 <= scored["f1"] <= 1.0
+
+
+def test_the_embed_learning_bench_scores_the_keras_bert_side_before_and_after(runs):
+    sts = json.loads(report_of(runs, "embed_learning_sts").strip().splitlines()[-1])
+    retrieval = json.loads(report_of(runs, "embed_learning_retrieval").strip().splitlines()[-1])
+    assert -1.0 <= sts["spearman"] <= 1.0 and sts["spearman"] != sts["before"]["spearman"]
+    assert 0.0 <= retrieval["mrr@10"] <= retrieval["recall@10"] <= 1.0
+    assert retrieval["recall@10"] == 1.0  # 40% of 16 pairs: fewer sentences than the top 10
 
 
 def test_the_ceiling_bench_times_each_form_and_appends_its_report(runs, scratch):
@@ -311,7 +326,8 @@ def test_the_pretraining_bench_times_both_precisions(runs):
 
 def test_the_long_texts_bench_scores_each_model_on_early_and_late_sentences(runs):
     report = json.loads(report_of(runs, "long_texts"))
-    assert [run["variant"] for run in report["runs"]] == ["truncate", "mean", "max"]
+    assert [run["variant"] for run in report["runs"]] == ["truncate", "mean", "max",
+                                                       "attention"]
     for run in report["runs"]:
         parts = [run["early_accuracy"], run["late_accuracy"]]
         assert all(0.0 <= v <= 1.0 for v in parts) and run["accuracy"] == np.mean(parts)
