@@ -51,6 +51,7 @@ from keras_bert.models.classifier import BertClassifier, BertMultipleChoice
 from keras_bert.models.embedder import BertTextEmbedder
 from keras_bert.models.pretrainer import BertPretrainer, BertPretrainingPreprocessor
 from keras_bert.models.question_answerer import BertQuestionAnswerer
+from keras_bert.models.reranker import BertReranker
 from keras_bert.models.spans import SpanWindows
 from keras_bert.models.tagging import WordTagger
 from keras_bert.models.token_classifier import BertTokenClassifier
@@ -78,6 +79,7 @@ __all__ = [
     "BertPretrainer",
     "BertPretrainingPreprocessor",
     "BertQuestionAnswerer",
+    "BertReranker",
     "BertTextEmbedder",
     "BertTextsPreprocessor",
     "BertTokenClassifier",

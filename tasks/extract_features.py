@@ -10,8 +10,11 @@
 ...]}, ...]}, for every real token and each of --layers (-1 is the last transformer block),
 values rounded to 6 decimals. --output_format=npy writes one float32 vector per text, in input
 order, to a .npy file: --pooling=mean (the last layer, averaged over real tokens), cls (the
-last layer's [CLS] vector) or concat_last4 (the last four layers averaged over real tokens and
-concatenated, as the BERT paper's feature-based runs concatenate them).
+last layer's [CLS] vector), concat_last4 (the last four layers averaged over real tokens and
+concatenated, as the BERT paper's feature-based runs concatenate them) or sentence (the
+checkpoint's sentence embedding, as `BertTextEmbedder` makes it: pooled and normalised as its
+sentence-transformers files say, and cut at their max_seq_length unless --max_seq_length is
+given; one text a line).
 
 The file streams through in batches, so memory stays bounded whatever its size. Work goes to
 <output_file>.partial with its progress in <output_file>.progress.json, both flushed after
@@ -26,13 +29,13 @@ import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 from absl import app, flags, logging
 
-from keras_bert import BertPacker, BertPreprocessor, checkpoints
+from keras_bert import BertTextEmbedder, checkpoints
 from keras_bert.models.pretrained import check_sequence_length, load_pretrained
 from keras_bert.text import textfiles
 from tasks import check_at_least_one, default_checkpoint, progress, run_main, runs
+from tasks.extractors import Extractor, SentenceExtractor, jsonl_record, text_vector
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input_file", None, "Texts, one per line; a pair as `text A ||| text B`.")
@@ -42,9 +45,11 @@ flags.DEFINE_string("layers", "-1,-2,-3,-4", "jsonl: the transformer blocks whos
                     "written, comma-separated; -1 is the last, 0 the first.")
 flags.DEFINE_enum("output_format", "jsonl", ["jsonl", "npy"], "jsonl: every token's values "
                   "(the original layout); npy: one vector per text (--pooling).")
-flags.DEFINE_enum("pooling", "mean", ["mean", "cls", "concat_last4"], "npy: the vector of a "
-                  "text: mean of the last layer over real tokens, its [CLS] vector, or the last "
-                  "four layers' means concatenated.")
+flags.DEFINE_enum("pooling", "mean", ["mean", "cls", "concat_last4", "sentence"], "npy: the "
+                  "vector of a text: mean of the last layer over real tokens, its [CLS] "
+                  "vector, the last four layers' means concatenated, or the checkpoint's "
+                  "sentence embedding (BertTextEmbedder: its sentence-transformers pooling and "
+                  "normalisation).")
 flags.DEFINE_integer("max_seq_length", 128, "Tokens per text (pair) after packing; longer "
                      "texts are truncated (counted in the log).")
 flags.DEFINE_integer("batch_size", 32, "Texts encoded together.")
@@ -75,12 +80,17 @@ def read_lines(path, digest=None):
             yield number, first, second
 
 
-def scan(path):
+def scan(path, singles_only=False):
     """Reads the whole file once, checking every line, so that a bad line stops the run before
     any work rather than hours into it; returns the number of texts and the file's digest
-    (`runs.data_digest`'s, from the same bytes)."""
+    (`runs.data_digest`'s, from the same bytes). With `singles_only`, a pair is refused."""
     digest = hashlib.sha256()
-    count = sum(1 for _ in read_lines(path, digest))
+    count = 0
+    for number, _, second in read_lines(path, digest):
+        if singles_only and second is not None:
+            raise ValueError(f"{path}:{number}: a pair of texts, but --pooling=sentence embeds "
+                             f"one text a line; remove the '{PAIR_SEPARATOR.strip()}'")  # fmt: skip
+        count += 1
     return count, runs.finish_digest(digest)
 
 
@@ -100,60 +110,6 @@ def parse_layers(spec, num_layers):
                     f"{same[0]} and {layer} are the same layer of {num_layers}")  # fmt: skip
             raise app.UsageError(f"--layers={spec}: {what}; name each layer once")
     return layers
-
-
-class Extractor:
-    """Encodes batches of lines; keeps singles and pairs apart (they pack differently)."""
-
-    def __init__(self, encoder, tokenizer, sequence_length, layers):
-        packer = BertPacker.from_tokenizer(tokenizer, sequence_length=sequence_length)
-        self.single = BertPreprocessor(tokenizer, packer, num_segments=1)
-        self.pair = BertPreprocessor(tokenizer, packer, num_segments=2)
-        self.vocabulary, self.layers = tokenizer.vocabulary, layers
-        self.sequence_length = sequence_length
-        self.encode = tf.function(lambda inputs: encoder(inputs)["encoder_outputs"],
-                                  reduce_retracing=True)  # fmt: skip
-
-    def __call__(self, batch):
-        """Returns, in the batch's order, (token ids, [num_layers x (tokens, hidden)]) per text
-        (real tokens only), and how many texts were truncated."""
-        results, truncated = [None] * len(batch), 0
-        for indices, preprocess in ((
-                [i for i, (_, _, b) in enumerate(batch) if b is None], self.single), (
-                [i for i, (_, _, b) in enumerate(batch) if b is not None], self.pair)):  # fmt: skip
-            if not indices:
-                continue
-            if preprocess is self.single:
-                texts = tf.constant([batch[i][1] for i in indices])
-            else:
-                texts = (tf.constant([batch[i][1] for i in indices]),
-                         tf.constant([batch[i][2] for i in indices]))  # fmt: skip
-            lengths = preprocess.untruncated_lengths(texts).numpy()
-            truncated += int(np.sum(lengths > self.sequence_length))
-            inputs = preprocess(texts)
-            outputs = [o.numpy() for o in self.encode(inputs)]
-            real = inputs["input_mask"].numpy().sum(axis=1)
-            ids = inputs["input_word_ids"].numpy()
-            for row, i in enumerate(indices):
-                results[i] = (ids[row, : real[row]], [o[row, : real[row]] for o in outputs])
-        return results, truncated
-
-
-def jsonl_record(index, ids, outputs, layers, vocabulary):
-    features = [{"token": vocabulary[token],
-                 "layers": [{"index": layer,
-                             "values": [round(float(x), 6) for x in outputs[layer][t]]}
-                            for layer in layers]}
-                for t, token in enumerate(ids)]  # fmt: skip
-    return json.dumps({"linex_index": index, "features": features}) + "\n"
-
-
-def text_vector(outputs, pooling):
-    if pooling == "cls":
-        return outputs[-1][0]
-    if pooling == "mean":
-        return outputs[-1].mean(axis=0)
-    return np.concatenate([outputs[i].mean(axis=0) for i in (-1, -2, -3, -4)])
 
 
 def settings(input_digest):
@@ -220,6 +176,8 @@ def check_flags():
                           f"--output_file={FLAGS.output_file}")  # fmt: skip
     checkpoint = FLAGS.init_checkpoint or default_checkpoint()
     config = checkpoints.read_config(checkpoint)
+    if FLAGS.pooling == "sentence" and FLAGS.output_format != "npy":
+        raise app.UsageError("--pooling=sentence is for --output_format=npy")
     check_sequence_length(FLAGS.max_seq_length, config, "--max_seq_length")
     layers = parse_layers(FLAGS.layers, config.num_hidden_layers)
     if (FLAGS.output_format == "npy" and FLAGS.pooling == "concat_last4"
@@ -282,18 +240,24 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     checkpoint, config, layers = check_flags()
-    total, digest = scan(FLAGS.input_file)  # every line checked before any work
+    sentence = FLAGS.pooling == "sentence"
+    total, digest = scan(FLAGS.input_file, singles_only=sentence)  # checked before any work
     wanted = settings(digest)
     done, keep = resume_state(FLAGS.output_file, wanted)
     logging.info("%d texts in %s", total, FLAGS.input_file)
-    encoder, tokenizer, _ = load_pretrained(checkpoint, FLAGS.do_lower_case)
-    extractor = Extractor(encoder, tokenizer, FLAGS.max_seq_length, layers)
+    if sentence:
+        length = FLAGS.max_seq_length if FLAGS["max_seq_length"].present else None
+        extractor = SentenceExtractor(BertTextEmbedder.from_checkpoint(
+            checkpoint, sequence_length=length, do_lower_case=FLAGS.do_lower_case))
+    else:
+        encoder, tokenizer, _ = load_pretrained(checkpoint, FLAGS.do_lower_case)
+        extractor = Extractor(encoder, tokenizer, FLAGS.max_seq_length, layers)
     if done:
         logging.info("continuing a stopped run: %d of %d texts were written", done, total)
     truncated, speed = extract(extractor, total, done, keep, wanted)
     if truncated:
         logging.warning("%d texts were longer than --max_seq_length=%d tokens and were cut",
-                        truncated, FLAGS.max_seq_length)  # fmt: skip
+                        truncated, extractor.sequence_length)  # fmt: skip
     partial = FLAGS.output_file + ".partial"
     if FLAGS.output_format == "npy":
         width = (4 if FLAGS.pooling == "concat_last4" else 1) * config.hidden_size

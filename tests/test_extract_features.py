@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_binary
+from conftest import DATA, run_binary
 
 from keras_bert import BertPreprocessor
 from keras_bert.models.pretrained import load_pretrained
@@ -163,3 +163,25 @@ def test_a_killed_run_continues_where_it_stopped(tmp_path, input_file, tiny_chec
         f"{stopped}.progress.json records stopped; pass --overwrite to start again")
     extract(*flags, f"--output_file={stopped}", "--overwrite")
     assert len(open(stopped, encoding="utf-8").read().splitlines()) == 7
+
+
+@pytest.mark.slow
+def test_sentence_vectors_are_sentence_transformers(tmp_path, minilm_dir):
+    golden = np.load(os.path.join(DATA, "minilm_sentence_golden.npz"))
+    keep = [i for i, t in enumerate(golden["texts"]) if t.strip()]  # a line holds a text
+    texts = tmp_path / "corpus.txt"
+    texts.write_text("\n".join(golden["texts"][keep]) + "\n", encoding="utf-8")
+    output = str(tmp_path / "corpus.npy")
+    # The checkpoint's pooling, normalisation and length (256, its sentence_bert_config.json).
+    extract(f"--input_file={texts}", f"--output_file={output}", "--output_format=npy",
+            "--pooling=sentence", "--batch_size=8")
+    vectors, expected = np.load(output), golden["vectors"][keep]
+    assert vectors.shape == expected.shape and vectors.dtype == np.float32
+    assert ((vectors * expected).sum(1) / np.linalg.norm(expected, axis=1)).min() >= 0.99999
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("one text\nfirst ||| second\n", encoding="utf-8")
+    result = extract(f"--input_file={pairs}", f"--output_file={tmp_path / 'p.npy'}",
+                     "--output_format=npy", "--pooling=sentence", expect=1)
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {pairs}:2: a pair of texts, but --pooling=sentence embeds one text a line; "
+        "remove the '|||'")
