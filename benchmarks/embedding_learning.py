@@ -23,12 +23,12 @@ is a process of its own and also scores the checkpoint before training ("before"
 import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 
 import numpy as np
 from absl import app
+
+from benchmarks.learning import run_each
 
 TASKS = {"sts": {"batch_size": 16}, "retrieval": {"batch_size": 32}}
 TOP = 10
@@ -146,18 +146,6 @@ def runs(options):
                        **{k: options[k] for k in RUN_OPTIONS}}  # fmt: skip
 
 
-def run_in_process(run):
-    """One run in a fresh Python process (its own seeds and threads)."""
-    start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "benchmarks.embedding_learning",
-                             json.dumps(run)], capture_output=True, text=True, check=False)
-    if result.returncode:
-        raise RuntimeError(f"{run['side']} run failed:\n{result.stderr[-3000:]}")
-    scored = json.loads(result.stdout.strip().splitlines()[-1])
-    kept = {k: v for k, v in run.items() if k not in ("glue_dir", "checkpoint")}
-    return {**kept, **scored, "seconds": round(time.perf_counter() - start, 1)}
-
-
 def summarise(results):
     """Each task's means by side, before and after training, and keras_bert's mean minus
     sentence-transformers' (points)."""
@@ -199,10 +187,7 @@ def main(options):
     """Runs every setting (`options`: RUN_OPTIONS, tasks, seeds, first_seed) and returns the
     report; each run's result goes to stderr as it ends."""
     check(options)
-    results = []
-    for run in runs(options):
-        results.append(run_in_process(run))
-        print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    results = run_each(runs(options), "benchmarks.embedding_learning")
     return {"bench": "embed_learning", "summary": summarise(results), "runs": results}
 
 

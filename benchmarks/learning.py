@@ -179,10 +179,11 @@ def runs(options):
 RUN_OPTIONS = ("task", "glue_dir", "checkpoint", "learning_rate", "batch_size", "epochs")
 
 
-def run_in_process(run):
-    """One run in a fresh Python process (its own seeds, threads and dtype policy)."""
+def run_in_process(run, module="benchmarks.learning"):
+    """One run of `module`'s in a fresh Python process (its own seeds, threads and dtype
+    policy): the module's own main reads the run's spec and prints its scores as JSON."""
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "benchmarks.learning", json.dumps(run)],
+    result = subprocess.run([sys.executable, "-m", module, json.dumps(run)],
                             capture_output=True, text=True, check=False)  # fmt: skip
     if result.returncode:
         raise RuntimeError(f"{run['side']} run failed:\n{result.stderr[-3000:]}")
@@ -231,11 +232,18 @@ def main(options):
     """Runs every setting (`options`: RUN_OPTIONS, sizes, recipes, precisions, seeds) and
     returns the report; each run's result goes to stderr as it ends."""
     check(options)
-    results = []
-    for run in runs(options):
-        results.append(run_in_process(run))
-        print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    results = run_each(runs(options))
     return {"bench": "learning", "summary": summarise(results), "runs": results}
+
+
+def run_each(specs, module="benchmarks.learning"):
+    """Every run of `specs`, each in a process of its own; each result also goes to stderr as
+    it ends."""
+    results = []
+    for run in specs:
+        results.append(run_in_process(run, module))
+        print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    return results
 
 
 if __name__ == "__main__":
