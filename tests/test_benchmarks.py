@@ -184,7 +184,10 @@ def runs(tiny_checkpoint, export, scratch):
     }  # fmt: skip
     for i, (flags, _, _) in enumerate(REFUSALS):
         requests[f"refusal_{i}"] = bench("peers", "--bench=products", *flags)
-    ordered = list(requests.items())
+    # The longest runs first: two run at a time, so one started last would run alone.
+    longest = ("long_serving", "long_texts", "pretraining", "tricks")
+    ordered = sorted(requests.items(), key=lambda item: (
+        longest.index(item[0]) if item[0] in longest else len(longest)))
     replies = run_forked([{**r, "timeout": 600} for _, r in ordered], 1500)
     return {name: reply for (name, _), reply in zip(ordered, replies)}
 
