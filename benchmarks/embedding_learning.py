@@ -1,7 +1,7 @@
 """What fine-tuning a text embedder learns, keras_bert against sentence-transformers' own `fit`
 on the same data with the same recipe, as JSON.
 
-    pip install -e '.[bench]' datasets accelerate   # sentence-transformers' fit needs both
+    pip install -e '.[bench]'     # sentence-transformers, with what its fit needs
     python -m benchmarks.peers --bench=embed_learning --glue_dir=DIR [--seeds=3
         --embed_tasks=sts,retrieval --learning_rate=2e-5 --epochs=1]
 
