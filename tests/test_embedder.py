@@ -112,6 +112,13 @@ def test_sentence_transformers_files_set_pooling_normalisation_and_length(tmp_pa
                                                              normalize=True, sequence_length=16)
     assert (overridden.pooling, overridden.normalize,
             overridden.preprocessor.sequence_length) == ("max", True, 16)  # fmt: skip
+    run = tmp_path / "run"  # a finished run's folder: its model.keras
+    run.mkdir()
+    overridden.save(str(run / "model.keras"))
+    again = keras_bert.BertTextEmbedder.from_checkpoint(str(run), sequence_length=16)
+    assert (again.pooling, again.normalize) == ("max", True)
+    np.testing.assert_allclose(again.predict(["the cat sat"], verbose=0),
+                               overridden.predict(["the cat sat"], verbose=0), atol=1e-6)
     plain = keras_bert.BertTextEmbedder.from_checkpoint(tiny_checkpoint)  # no such files
     assert (plain.pooling, plain.normalize, plain.preprocessor.sequence_length) == (
         "mean", True, 128)  # fmt: skip

@@ -75,20 +75,23 @@ class BertTextEmbedder(BertTask):
 
         Where the folder is a sentence-transformers model (modules.json), its pooling, its
         normalisation and its max_seq_length are the defaults; `pooling`, `normalize` and
-        `sequence_length` override them. Elsewhere the defaults are "mean", True and the
+        `sequence_length` override them. From a finished run's folder (its model.keras) the
+        run's pooling and normalisation are. Elsewhere the defaults are "mean", True and the
         checkpoint's max_position_embeddings. Longer texts are cut at `sequence_length`."""
         settings = (sentence_settings(path) if os.path.isdir(path) else None) or {}
         path = settings.get("transformer", path)
-        if pooling is None:
-            pooling = settings.get("pooling") or "mean"
-        if normalize is None:
-            normalize = settings.get("normalize", True)
         if sequence_length is None:
             sequence_length = settings.get("max_seq_length")
         if sequence_length is None:
             sequence_length = read_config(path).max_position_embeddings
         sequence_length = whole_number(sequence_length, 3, "sequence_length")
-        encoder, tokenizer, _ = load_pretrained(path, do_lower_case, sequence_length)
+        encoder, tokenizer, run = load_pretrained(path, do_lower_case, sequence_length)
+        if isinstance(run, BertTextEmbedder):  # a run's folder: its embedder's settings
+            settings = {**settings, "pooling": run.pooling, "normalize": run.normalize}
+        if pooling is None:
+            pooling = settings.get("pooling") or "mean"
+        if normalize is None:
+            normalize = settings.get("normalize", True)
         preprocessor = BertTextsPreprocessor.from_tokenizer(tokenizer, sequence_length)
         return cls(encoder, preprocessor, pooling=pooling, normalize=normalize, **kwargs)
 
