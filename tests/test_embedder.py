@@ -188,11 +188,11 @@ def test_scored_pairs_train_with_cosent_and_need_their_scores(tiny_checkpoint):
 
 
 def test_texts_of_an_example_come_in_lists_of_one_length(embedder):
-    for call in (embedder.predict, embedder.preprocessor):
-        with pytest.raises(ValueError, match=r"^the example's texts come in lists of \[2, 3\]"):
-            call((["a", "b"], ["c", "d", "e"]))
-    with pytest.raises(ValueError, match=r"^the parts of x differ in length \(2, 3\)"):
-        embedder.fit((["a", "b"], ["c", "d", "e"]), verbose=0)
+    with pytest.raises(ValueError, match=r"^the example's texts come in lists of \[2, 3\]"):
+        embedder.preprocessor((["a", "b"], ["c", "d", "e"]))
+    for call in (embedder.predict, embedder.fit):  # checked as every model's data
+        with pytest.raises(ValueError, match=r"^the parts of x differ in length \(2, 3\)"):
+            call((["a", "b"], ["c", "d", "e"]), verbose=0)
 
 
 def test_saved_and_exported_embedders_answer_as_predict(embedder, tmp_path):

@@ -126,37 +126,27 @@ class BertTextEmbedder(BertTask):
         """Raw texts -> float32 vectors: (texts, hidden) for a list of texts, and
         (examples, texts, hidden) for a tuple of two or more lists (texts that go together).
 
-        Texts in memory (lists, arrays) go to one traced graph a batch of `batch_size`
-        (default 32), called from Python, where Keras's `predict` would build a dataset and
-        its loop on every call (the cost that dominates one text a call); a tf.data.Dataset,
-        a tf.distribute strategy or an XLA-compiled model takes Keras's `predict`."""
+        Texts in memory (lists, arrays) go through `map_batches`, one traced graph a batch
+        of `batch_size` (default 32) called from Python, where Keras's `predict` would build
+        a dataset and its loop on every call (the cost that dominates one text a call); a
+        tf.data.Dataset, a tf.distribute strategy or an XLA-compiled model takes Keras's
+        `predict`."""
         if isinstance(x, (list, tuple, np.ndarray)) and not kwargs and (
                 self._preprocesses_in_step()):  # fmt: skip
-            vectors = self._predict_in_memory(self.preprocessor.segments(x), batch_size or 32,
-                                              verbose)  # fmt: skip
+            vectors = np.concatenate(list(self.map_batches(self._vectors_of, x, batch_size,
+                                                           verbose, unit="text")))  # fmt: skip
         else:
             vectors = super().predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
         return vectors[:, 0] if vectors.shape[1] == 1 else vectors
 
-    def _predict_in_memory(self, texts, batch_size, verbose):
-        traced = self.traced(self._vectors_of)
-        count = int(texts[0].shape[0])
-        progress = keras.utils.Progbar(count, unit_name="text", verbose=verbose != 0 and (
-            count > batch_size))  # fmt: skip
-        parts = []
-        for start in range(0, count, batch_size):
-            parts.append(traced(*[t[start : start + batch_size] for t in texts]).numpy())
-            progress.add(len(parts[-1]))
-        if not parts:
-            return np.zeros((0, len(texts), self.encoder.config.hidden_size), "float32")
-        return np.concatenate(parts)
-
     def _vectors_of(self, *texts):
+        """tf.string (batch,) tensors, one for each text of an example -> float32
+        (batch, texts, hidden), in the graph."""
         return self(self.preprocessor(list(texts)), training=False)
 
     def embed(self, texts):
         """tf.string (batch,) -> {"embedding": float32 (batch, hidden)}, in the graph."""
-        return {"embedding": self(self.preprocessor(texts), training=False)[:, 0]}
+        return {"embedding": self._vectors_of(texts)[:, 0]}
 
     def similarity(self, a, b, batch_size=None):
         """Cosine similarities, float32 (len(a), len(b)), of texts a and texts b (lists of

@@ -18,6 +18,7 @@ compiled step) and run the encoder on static shapes (`static_steps.StaticSteps`)
 import keras
 import tensorflow as tf
 
+from keras_bert.model.config import whole_number
 from keras_bert.model.encoder import refuse_unknown_arguments
 from keras_bert.models.entry_points import RawDataEntryPoints
 from keras_bert.models.static_steps import StaticSteps
@@ -153,8 +154,21 @@ class BertTask(RawDataEntryPoints, StaticSteps, Trainable, ServableModel):
         traced graph, with a progress bar: what the decoding models' `predict` runs."""
         traced = self.traced(function)
         progress = keras.utils.Progbar(None, unit_name=unit, verbose=verbose != 0)
-        for batch in self.batched(x, batch_size=batch_size):
-            texts = self.preprocessor.segments(keras.utils.unpack_x_y_sample_weight(batch)[0])
+        for batch in self._raw_batches(x, batch_size):
+            texts = self.preprocessor.segments(batch)
             result = tf.nest.map_structure(lambda t: t.numpy(), traced(*texts))
             progress.add(len(texts[0]))
             yield result
+
+    def _raw_batches(self, x, batch_size=None):
+        """x's batches of raw data (its x part): a Dataset's own batches; data in memory
+        checked (`_in_memory`) and sliced here, in Python, where a tf.data pipeline built for
+        each call cost more than a one-text batch's work."""
+        if isinstance(x, tf.data.Dataset):
+            for batch in self.batched(x):
+                yield keras.utils.unpack_x_y_sample_weight(batch)[0]
+            return
+        size = 32 if batch_size is None else whole_number(batch_size, 1, "batch_size")
+        x = self._in_memory(x)[0]
+        for start in range(0, batching.example_count(x), size):
+            yield tf.nest.map_structure(lambda t, start=start: t[start : start + size], x)
