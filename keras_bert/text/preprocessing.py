@@ -94,19 +94,23 @@ class BertPreprocessor(keras.layers.Layer):
             x = [x[name] for name in self.text_names]
         elif not isinstance(x, (tuple, list)) or not x or isinstance(x[0], (str, bytes)):
             x = [x]  # one list of texts, not a tuple of segments
-        if len(x) != self.num_segments:
-            # A tf.data element (first, second) reads as (x, y): a pair's x must be nested.
-            nested = " (a tf.data.Dataset's element (first, second) reads as (x, y): make it " \
-                "((first, second), y), or ((first, second),) to predict)" \
-                if len(x) < self.num_segments else ""
-            raise ValueError(f"this model takes {self.num_segments} text(s) per example, got "
-                             f"{len(x)}; pass {self._expected()}{nested}")  # fmt: skip
+        self._check_count(len(x))
         texts = [_texts(t, "texts") for t in x]
         for t in texts:
             if t.shape.rank != 1:
                 raise ValueError(f"expected {self._expected()}, got a string tensor of shape "
                                  f"{t.shape}")  # fmt: skip
         return texts
+
+    def _check_count(self, count):
+        """Refuses `count` texts an example where the model takes another number."""
+        if count != self.num_segments:
+            # A tf.data element (first, second) reads as (x, y): a pair's x must be nested.
+            nested = " (a tf.data.Dataset's element (first, second) reads as (x, y): make it " \
+                "((first, second), y), or ((first, second),) to predict)" \
+                if count < self.num_segments else ""
+            raise ValueError(f"this model takes {self.num_segments} text(s) per example, got "
+                             f"{count}; pass {self._expected()}{nested}")  # fmt: skip
 
     def __call__(self, x, *args, **kwargs):
         """Called eagerly on texts (a list, an array or a string tensor), the layer runs as one
@@ -237,7 +241,6 @@ class BertMultipleChoicePreprocessor(BertPreprocessor):
         return config
 
 
-
 @_SERIALIZABLE
 class BertTextsPreprocessor(BertPreprocessor):
     """Packs each text of an example on its own, `[CLS] text [SEP]`: what a text embedder
@@ -257,27 +260,17 @@ class BertTextsPreprocessor(BertPreprocessor):
         return ("a list of strings, or a tuple of lists of strings of one length (texts that go "
                 "together: anchors, positives, ...)")  # fmt: skip
 
+    def _check_count(self, count):
+        """Any number of texts an example."""
+
     def segments(self, x):
         """x as a list of rank-1 string tensors, one for each text of an example."""
-        if isinstance(x, dict):
-            if "sentence" not in x:
-                raise ValueError("inputs lack sentence (this model takes sentence)")
-            x = [x["sentence"]]
-        elif not isinstance(x, (tuple, list)) or not x or isinstance(x[0], (str, bytes)):
-            x = [x]
-        texts = [_texts(t, "texts") for t in x]
-        for t in texts:
-            if t.shape.rank != 1:
-                raise ValueError(f"expected {self._expected()}, got a string tensor of shape "
-                                 f"{t.shape}")  # fmt: skip
+        texts = super().segments(x)
         lengths = {int(t.shape[0]) for t in texts if t.shape[0] is not None}
         if len(lengths) > 1:
             raise ValueError(f"the example's texts come in lists of {sorted(lengths)} strings: "
                              "give one text of each list per example")  # fmt: skip
         return texts
-
-    def texts(self, x):
-        return self.segments(x)
 
     def call(self, x):
         texts = self.segments(x)
