@@ -49,7 +49,8 @@ class Extractor:
 
 class SentenceExtractor:
     """Encodes batches of single texts into sentence vectors with a `BertTextEmbedder`; returns
-    per text (its packed token ids, its vector)."""
+    per text (zeros as many as its packed tokens, its vector) and how many texts were cut. The
+    npy output reads no token ids: the zeros only carry the count the progress log reports."""
 
     layers = vocabulary = None  # npy output only
 
