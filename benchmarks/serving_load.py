@@ -13,6 +13,7 @@ only). README, Export and TF Serving, has why an export keeps its weights in var
 """
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -65,6 +66,10 @@ def main(argv):
         return
     if not FLAGS.exports:
         raise app.UsageError("--exports is required: one or more SavedModel version folders")
+    for export in FLAGS.exports:  # before any process starts
+        if not os.path.isfile(os.path.join(export, "saved_model.pb")):
+            raise app.UsageError(f"--exports: {export} holds no saved_model.pb; give SavedModel "
+                                 "version folders, such as exported/sst-2/1")  # fmt: skip
     runs = {export: [] for export in FLAGS.exports}
     for p in range(FLAGS.processes):
         for export in FLAGS.exports if p % 2 == 0 else FLAGS.exports[::-1]:

@@ -5,6 +5,14 @@ import subprocess
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The test processes (pytest-xdist's workers: pyproject.toml's addopts) share the cores: each
+# TensorFlow runtime, and each binary or worker a test starts (they inherit the environment),
+# gets its share of threads for ops and between ops, since more threads than cores only spin
+# and switch. Set either variable to override it.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1))
+_THREADS = max(1, len(os.sched_getaffinity(0)) // _WORKERS)
+for _name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+    os.environ.setdefault(_name, str(_THREADS))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -147,12 +155,39 @@ def run_forked(requests, timeout):
 # What TensorFlow and Keras read from the environment as they are imported: a run forked from a
 # process that imported them with other values would not be the run asked for.
 IMPORT_TIME_VARIABLES = ("TF_", "KERAS_", "OMP_", "KMP_", "CUDA_", "PYTHON")
-_binary_server = {}  # this test process's tests/forked_binaries.py --serve, once started
+_servers = {}  # this test process's tests/forked_binaries.py --serve processes, by kind
 
 
 def _import_time(env):
     return {k: v for k, v in env.items()
             if k.startswith(IMPORT_TIME_VARIABLES) and k != "TF_CONFIG"}  # fmt: skip
+
+
+def _server(env, clean=False):
+    """This test process's forked_binaries.py --serve (--clean) process, started on first use
+    with this process's environment; None where `env` differs from its environment in what
+    TensorFlow and Keras read at import."""
+    server = _servers.get(clean)
+    if server is None or server.poll() is not None:
+        if _import_time(env) != _import_time(os.environ):
+            return None
+        script = os.path.join(ROOT, "tests", "forked_binaries.py")
+        server = subprocess.Popen([sys.executable, script, "--serve", *["--clean"] * clean],
+                                  cwd=ROOT, text=True, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE)  # fmt: skip
+        server.env = dict(os.environ)
+        atexit.register(server.stdin.close)  # the server ends when its stdin does
+        _servers[clean] = server
+    return server if _import_time(server.env) == _import_time(env) else None
+
+
+def _forked(server, request):
+    """One request's result from a forked_binaries.py --serve process."""
+    server.stdin.write(json.dumps([request]) + "\n")
+    server.stdin.flush()
+    line = server.stdout.readline()
+    assert line, f"forked_binaries.py --serve ended with status {server.wait()}"
+    return json.loads(line)[0]
 
 
 def run_binary(args, timeout=600, env=None, fresh=False):
@@ -165,26 +200,54 @@ def run_binary(args, timeout=600, env=None, fresh=False):
     does one asked `fresh`: a forked binary finds keras_bert and tasks imported already, so
     each binary needs a fresh run somewhere to show it imports what it uses."""
     env = dict(os.environ if env is None else env)
-    server = _binary_server.get("process")
-    if server is not None and server.poll() is not None:
-        server = None
-    server_env = _binary_server["env"] if server else os.environ
-    if fresh or args[0] not in ("-m", "-c") or _import_time(env) != _import_time(server_env):
+    server = None if fresh or args[0] not in ("-m", "-c") else _server(env)
+    if server is None:
         return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
                               timeout=timeout, env=env)  # fmt: skip
-    if server is None:
-        script = os.path.join(ROOT, "tests", "forked_binaries.py")
-        server = subprocess.Popen([sys.executable, script, "--serve"], cwd=ROOT, text=True,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
-        atexit.register(server.stdin.close)  # the server ends when its stdin does
-        _binary_server.update(process=server, env=dict(os.environ))
     request = {"module" if args[0] == "-m" else "code": args[1], "args": list(args[2:]),
                "timeout": timeout, "env": env}  # fmt: skip
-    server.stdin.write(json.dumps([request]) + "\n")
-    server.stdin.flush()
-    line = server.stdout.readline()
-    assert line, f"forked_binaries.py --serve ended with status {server.wait()}"
-    result = json.loads(line)[0]
+    result = _forked(server, request)
+    return subprocess.CompletedProcess([sys.executable, *args], result["returncode"],
+                                       result["stdout"], result["stderr"])
+
+
+# `python -m MODULE ARGS` that sends itself a signal as soon as a file exists (where a test
+# would poll for the file from outside, then kill the process).
+_SIGNAL_ONCE_WRITTEN = """
+import os, runpy, sys, threading, time
+path, signal_number = sys.argv[1], int(sys.argv[2])
+def watch():
+    while not os.path.exists(path):
+        time.sleep(0.02)
+    os.kill(os.getpid(), signal_number)
+threading.Thread(target=watch, daemon=True).start()
+sys.argv = sys.argv[3:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+def run_signalled(args, path, signal_number, timeout=600):
+    """run_binary(args) for args `-m <module> ...`, the process sending itself `signal_number`
+    once `path` exists: -9 as its returncode for a SIGKILL (a kill from outside gives the
+    same), the binary's own for a signal it handles."""
+    assert args[0] == "-m"
+    return run_binary(["-c", _SIGNAL_ONCE_WRITTEN, str(path), str(int(signal_number)),
+                       *args[1:]], timeout=timeout)  # fmt: skip
+
+
+def run_clean(request, stdin=""):
+    """`request` (forked_binaries.py's {"code" or "script", "args"}) run as a process holding
+    TensorFlow and tensorflow-text alone, forked from forked_binaries.py --serve --clean (or
+    started afresh where this process's environment has changed since): a CompletedProcess
+    whose returncode is -9 after 300 s."""
+    request = {"timeout": 300, **request, "stdin": stdin, "env": dict(os.environ)}
+    args = [request["script"]] if "script" in request else ["-c", request["code"]]
+    args += request["args"]
+    server = _server(os.environ, clean=True)
+    if server is None:
+        return subprocess.run([sys.executable, *args], input=stdin, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+    result = _forked(server, request)
     return subprocess.CompletedProcess([sys.executable, *args], result["returncode"],
                                        result["stdout"], result["stderr"])
 
@@ -216,7 +279,6 @@ def served_in_clean_process(export_path, body, stdin=""):
         "    return out\n" + body
     )
     module = os.path.join(os.path.dirname(keras_bert.__file__), "serving", "tf_serving.py")
-    result = subprocess.run([sys.executable, "-c", script, export_path, module], input=stdin,
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = run_clean({"code": script, "args": [export_path, module]}, stdin)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -5,17 +5,19 @@ and the flags it defines, are new in every child). Nothing has touched TensorFlo
 before the fork: no op has run, no thread pool exists.
 
     python tests/forked_binaries.py < runs.json > results.json
-    python tests/forked_binaries.py --serve
+    python tests/forked_binaries.py --serve [--clean]
 
 runs.json is a list of {"module", "args", "timeout"}, or of {"code", "args", "timeout"} for a
-run of `python -c <code> <args>`, each with an optional "env" (the child's environment, whose
-variables TensorFlow reads at import must be this process's: conftest.run_binary checks);
-results.json, in the same order, a list of {"returncode", "stdout", "stderr"}, where returncode
-is what the process's exit status would be (-9 when the child outlived its timeout and was
-killed). Two children run at a time. With --serve, each line of stdin is such a list and each
-line of stdout its results, until stdin closes: a test process starts one and sends its runs
-one after another (conftest.run_binary). On a CPU with 2 cores, importing TensorFlow takes
-about 6 s of a bad input's 6.5 s.
+run of `python -c <code> <args>` (or {"script", ...}: `python <script> <args>`), each with an
+optional "env" (the child's environment, whose variables TensorFlow reads at import must be
+this process's: conftest.run_binary checks) and "stdin" (the text the child reads); results.json,
+in the same order, a list of {"returncode", "stdout", "stderr"}, where returncode is what the
+process's exit status would be (-9 when the child outlived its timeout and was killed). Two
+children run at a time. With --serve, each line of stdin is such a list and each line of stdout
+its results, until stdin closes: a test process starts one and sends its runs one after
+another (conftest.run_binary). On a CPU with 2 cores, importing TensorFlow takes about 6 s of
+a bad input's 6.5 s. With --clean, this process imports TensorFlow and tensorflow-text alone,
+what TF Serving's runtime holds, not keras_bert (conftest.served_in_clean_process).
 """
 
 import json
@@ -30,9 +32,18 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # as `python -m` from the repository root would have it
 
-import keras_bert  # noqa: E402,F401
-import tasks  # noqa: E402,F401  (imports TensorFlow quietly, as every binary does)
-from tasks import backups, progress, runs  # noqa: E402,F401  (they define no flags, nor import what does)
+
+def preload(clean):
+    """Imports what every child would import first: TensorFlow and tensorflow-text alone where
+    `clean`, else keras_bert and the binaries' package."""
+    if clean:
+        import tensorflow  # noqa: F401
+        import tensorflow_text  # noqa: F401
+    else:
+        import keras_bert  # noqa: F401
+        import tasks  # noqa: F401  (imports TensorFlow quietly, as every binary does)
+        # They define no flags, nor import what does.
+        from tasks import backups, progress, runs  # noqa: F401
 
 
 def exit_code(exit):
@@ -53,8 +64,11 @@ def start(request, out, err):
         return pid
     code = 1
     try:
-        with open(os.devnull, "rb") as nothing:  # a child never reads the requests' pipe
-            os.dup2(nothing.fileno(), 0)
+        with tempfile.TemporaryFile() as given:  # the request's stdin, never the requests' pipe
+            given.write(request.get("stdin", "").encode("utf-8"))
+            given.seek(0)
+            os.dup2(given.fileno(), 0)
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115  (not the parent's)
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
         if "env" in request:
@@ -64,6 +78,10 @@ def start(request, out, err):
             if "code" in request:
                 sys.argv = ["-c", *request["args"]]
                 exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
+            elif "script" in request:
+                sys.argv = [request["script"], *request["args"]]
+                sys.path[0] = os.path.dirname(request["script"])  # as `python <script>` has it
+                runpy.run_path(request["script"], run_name="__main__")
             else:
                 sys.argv = [request["module"], *request["args"]]
                 runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
@@ -107,7 +125,8 @@ def run_all(requests):
 
 
 def main():
-    if sys.argv[1:] == ["--serve"]:
+    preload(clean="--clean" in sys.argv[1:])
+    if "--serve" in sys.argv[1:]:
         for line in sys.stdin:
             print(json.dumps(run_all(json.loads(line))), flush=True)
     else:

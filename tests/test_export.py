@@ -1,14 +1,12 @@
 import json
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
-from conftest import DATA, served_in_clean_process
+from conftest import DATA, run_clean, served_in_clean_process
 
 from exports import export, hub_layout
 from keras_bert import serving
@@ -98,9 +96,8 @@ def test_tf_serving_script_answers_a_request_in_a_tensorflow_only_process(sst2_r
     path = export.export_run(sst2_run, str(tmp_path), "sst2")
     script = os.path.join(os.path.dirname(serving.__file__), "tf_serving.py")
 
-    def run(*flags):
-        return subprocess.run([sys.executable, script, f"--export={path}", *flags],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+    def run(*flags):  # python tf_serving.py --export=PATH FLAGS, in a TensorFlow-only process
+        return run_clean({"script": script, "args": [f"--export={path}", *flags]})
 
     answered = run("--inputs=" + json.dumps({"sentence": SENTENCES[:2]}))
     assert answered.returncode == 0, answered.stderr[-2000:]

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import graph_float_bytes, served_in_clean_process
+from conftest import graph_float_bytes, run_binary, served_in_clean_process
 
 import keras_bert
 from keras_bert.model import packing
@@ -44,7 +44,7 @@ def test_classifier_learns_from_lists_arrays_and_datasets(classifier):
     classifier.compile(learning_rate=2e-2)
     x, y = SENTENCES * 8, LABELS * 8
     before = classifier.evaluate(x, y, verbose=0, return_dict=True)["loss"]
-    classifier.fit(x, y, batch_size=8, epochs=20, verbose=0)
+    classifier.fit(x * 20, y * 20, batch_size=8, verbose=0)  # 20 passes as one epoch
     after = classifier.evaluate(np.array(x), np.array(y), verbose=0, return_dict=True)
     assert after["loss"] < 0.5 * before and after["accuracy"] == 1.0
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(5)
@@ -734,13 +734,13 @@ def test_saved_file_stands_alone_without_optimizer_state(classifier, tmp_path):
     classifier.save(str(tmp_path / "with.keras"), include_optimizer=True)
     with zipfile.ZipFile(str(tmp_path / "with.keras")) as archive:
         assert archive.getinfo("model.weights.h5").file_size > 2.5 * weights_bytes(classifier)
-    script = (
-        "import json, sys, numpy as np, keras_bert, keras\n"
+    script = (  # in a process that never built the model, away from the repository
+        "import json, os, sys, numpy as np, keras_bert, keras\n"
+        "os.chdir(os.path.dirname(sys.argv[1]))\n"
         "model = keras.saving.load_model(sys.argv[1])\n"
         "print(json.dumps(model.predict(json.loads(sys.argv[2]), verbose=0).tolist()))\n"
     )
-    result = subprocess.run([sys.executable, "-c", script, path, json.dumps(SENTENCES)],
-                            capture_output=True, text=True, timeout=300, cwd=str(tmp_path))  # fmt: skip
+    result = run_binary(["-c", script, path, json.dumps(SENTENCES)], timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     reloaded = json.loads(result.stdout.strip().splitlines()[-1])
     np.testing.assert_allclose(reloaded, classifier.predict(SENTENCES, verbose=0), atol=1e-5)
@@ -871,7 +871,7 @@ def test_multiple_choice_learns_and_reloads(tiny_checkpoint, tmp_path):
                    "expected (contexts, endings): a list of strings and a list of 3-string lists "
                    "(a tf.data.Dataset's element (contexts, endings, y) reads as (x, y, "
                    "sample_weight): make it ((contexts, endings), y))")  # fmt: skip
-    model.fit((contexts, endings), labels, batch_size=4, epochs=10, verbose=0)
+    model.fit((contexts * 10, endings * 10), labels * 10, batch_size=4, verbose=0)  # one epoch
     assert model.predict((contexts, endings), verbose=0).argmax(-1).tolist() == labels
     model.save(str(tmp_path / "swag.keras"))
     reloaded = keras.saving.load_model(str(tmp_path / "swag.keras"))

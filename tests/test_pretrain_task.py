@@ -6,11 +6,10 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
-from conftest import DATA, ROOT, run_binary
+from conftest import DATA, ROOT, run_binary, run_signalled
 from safetensors.numpy import load_file
 from test_distribute import free_ports
 
@@ -177,14 +176,8 @@ def test_record_files_that_do_not_fit_are_refused_before_training(tmp_path, pret
 def test_killed_pretraining_resumes(tmp_path, pretraining_data):
     command = pretrain_command(pretraining_data, tmp_path, "--num_train_steps=60",
                                "--save_checkpoints_steps=10")  # fmt: skip
-    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    backup = tmp_path / "backup" / "latest.weights.h5"
-    deadline = time.time() + 300
-    while not backup.exists() and time.time() < deadline and first.poll() is None:
-        time.sleep(0.05)
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    assert first.returncode == -signal.SIGKILL
+    first = run_signalled(command[1:], tmp_path / "backup" / "latest.weights.h5", signal.SIGKILL)
+    assert first.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     result = run(command)
     resumed = re.search(r"resuming from the backup at step (\d+) of 60\n", result.stderr)
     assert resumed and int(resumed.group(1)) >= 10  # from its backup, not from the first step

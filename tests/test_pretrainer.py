@@ -2,14 +2,12 @@
 
 import os
 import re
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import DATA
+from conftest import DATA, run_binary
 
 import keras_bert
 
@@ -161,14 +159,14 @@ def test_next_sentence_head_learns_on_minilm(minilm_dir):
 def test_saved_pretrainer_predicts_alone_in_another_process(pretrainer, tmp_path):
     path = str(tmp_path / "pretrainer.keras")
     pretrainer.save(path)
-    script = (
-        "import keras_bert, keras, sys\n"
+    script = (  # in a process that never built the model, away from the repository
+        "import keras_bert, keras, os, sys\n"
+        f"os.chdir({os.path.dirname(path)!r})\n"
         f"model = keras.saving.load_model({path!r})\n"
         "out = model.predict((['the cat sat on the mat .'], ['a dog barked .']), verbose=0)\n"
         "print(out['masked_lm'].shape[-1], out['next_sentence'].shape)\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            cwd=os.path.dirname(path), timeout=300)  # fmt: skip
+    result = run_binary(["-c", script], timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split("\n")[-2] == "30522 (1, 2)"
 

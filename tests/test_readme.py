@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, run_forked
+from conftest import ROOT, run_binary, run_forked
 
 
 def readme_commands():
@@ -52,9 +52,9 @@ def test_encode_job_compares_sentences():
 
 @pytest.mark.slow
 def test_encode_job_warns_of_each_sentence_it_truncates():
-    result = subprocess.run([sys.executable, "-m", "tasks.encode", "--max_seq_length=6",
-                             "--sentences", "A cat sat.", "--sentences", "A kitten was sitting."],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    # Forked (the test above runs the binary afresh).
+    result = run_binary(["-m", "tasks.encode", "--max_seq_length=6", "--sentences", "A cat sat.",
+                         "--sentences", "A kitten was sitting."])  # fmt: skip
     assert result.returncode == 0, result.stderr
     warnings = [line.split("] ", 1)[1] for line in result.stderr.splitlines() if "packs to" in line]
     assert warnings == ["sentence [1] packs to 7 tokens, more than --max_seq_length=6: its vector "

@@ -14,7 +14,7 @@ def test_token_classifier_learns_entities_and_refuses_unknown_tags(tiny_checkpoi
     sentences = ["hello world the cat sat", "the dog sat on the mat"] * 8
     word_tags = [["O", "B-LOC", "O", "B-PER", "O"], ["O", "B-PER", "O", "O", "O", "B-LOC"]] * 8
     model.compile(learning_rate=1e-2)
-    model.fit(sentences, word_tags, batch_size=8, epochs=15, verbose=0)
+    model.fit(sentences * 15, word_tags * 15, batch_size=8, verbose=0)  # 15 passes, one epoch
     result = model.predict(sentences[:2], verbose=0)
     assert result["word_tags"] == word_tags[:2]
     # A second predict (as a dev callback's, each epoch) runs the graph the first one traced.
