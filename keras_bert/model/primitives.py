@@ -48,10 +48,9 @@ def training_gelu(x):
 
     In inference `exact_gelu` runs instead, which oneDNN fuses into the dense product (in
     float32 on its sums); training keeps the product's output for the gradient, so that fusion
-    cannot fire. Against Keras's GELU differentiated by TensorFlow, on bfloat16 (1024, 3072):
-    forward and backward 12.8 -> 9.2 ms, values and gradients in float32 instead of rounded to
-    bfloat16 after each of about ten element-wise ops (largest gradient error against float64
-    0.030 -> 0.016), and bfloat16's Erfc (three times float32's) avoided.
+    cannot fire. Against Keras's GELU differentiated by TensorFlow: values and gradients in
+    float32 instead of rounded to bfloat16 after each of about ten element-wise ops, and no
+    bfloat16 Erfc (its time and error: docs/performance.md).
     """
     x32 = tf.cast(x, "float32")
     cdf = 0.5 * tf.math.erfc(x32 * -(1 / math.sqrt(2)))  # Phi(x)

@@ -31,7 +31,7 @@ def shifted(x, fill, right=True):
     """Ragged `x` (batch, (n)) with each row moved one place right (or left), `fill` entering
     at the row's edge. The result shares x's row partition, so that elementwise ops between the
     two run on their flat values: between ragged tensors of different partition objects,
-    TensorFlow builds a shape-broadcasting graph that takes 0.3 s to trace, per op."""
+    TensorFlow builds a shape-broadcasting graph, slow to trace (docs/performance.md), per op."""
     rows, values = x.value_rowids(), x.flat_values
     new_row = tf.not_equal(rows[1:], rows[:-1])
     first = tf.ones_like(rows[:1], dtype=tf.bool)  # empty when x has no values at all

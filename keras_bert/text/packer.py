@@ -117,7 +117,7 @@ class BertPacker(keras.layers.Layer):
         """[CLS], then each segment's first `lengths` tokens and a [SEP], padded: each output
         position's token is gathered from the segments' flat values by index arithmetic on
         dense (batch, seq) tensors. (Ragged concatenation and masking build the same rows, but
-        take 0.7 s to trace for a pair, against 0.1 s for this.)"""
+        are several times slower to trace: docs/performance.md.)"""
         flat = [s.flat_values for s in segments]
         values = tf.concat([*flat, [self.cls_id, self.sep_id, self.pad_id]], axis=0)
         cls = sum(tf.size(v, tf.int64) for v in flat)  # the specials' indices in `values`

@@ -60,8 +60,7 @@ def create_strategy(name, num_cpu_devices=1, tpu_address=None):
 
 def _check_answers(address, timeout=10):
     """Refuses a grpc://host:port TPU address where nothing accepts a connection: TensorFlow
-    would try to connect to it for ever (a process told grpc://localhost:1 still waited after
-    90 s)."""
+    would try to connect to it for ever."""
     host, _, port = address[len("grpc://"):].rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"--strategy=tpu: {address} is not a grpc://host:port address")
