@@ -1,7 +1,8 @@
 """The SQuAD, NER and SWAG binaries and the export binary, each run end to end once in a process
-of its own, as a user starts them (the export after SWAG's run). The other tests call the tasks' run() in a process that has
-imported keras_bert and tasks already, or fork their binaries from one (conftest.run_binary): a
-binary that forgets an import of its own passes those."""
+of its own, as a user starts them (the export after SWAG's run). The other tests call the
+tasks' run() in a process that has imported keras_bert and tasks already, or fork their
+binaries from one (conftest.run_binary): a binary that forgets an import of its own passes
+those."""
 
 import json
 import os
