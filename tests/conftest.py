@@ -9,7 +9,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # TensorFlow runtime, and each binary or worker a test starts (they inherit the environment),
 # gets its share of threads for ops and between ops, since more threads than cores only spin
 # and switch. Set either variable to override it.
-_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1))
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 _THREADS = max(1, len(os.sched_getaffinity(0)) // _WORKERS)
 for _name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
     os.environ.setdefault(_name, str(_THREADS))

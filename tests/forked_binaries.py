@@ -42,8 +42,7 @@ def preload(clean):
     else:
         import keras_bert  # noqa: F401
         import tasks  # noqa: F401  (imports TensorFlow quietly, as every binary does)
-        # They define no flags, nor import what does.
-        from tasks import backups, progress, runs  # noqa: F401
+        from tasks import backups, progress, runs  # noqa: F401  (they define no flags)
 
 
 def exit_code(exit):
