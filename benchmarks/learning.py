@@ -13,7 +13,13 @@ dev accuracy by more than ten points (the classes' share of the last batches set
 logits lean to one class).
 
 Recipes, the same on both sides:
-  plain    AdamW(learning_rate, weight decay 0.01 on every weight), a constant rate.
+  plain    AdamW(learning_rate, weight decay 0.01 on every weight), a constant rate:
+           keras.optimizers.AdamW on our side, torch.optim.AdamW on PyTorch's, each with its
+           defaults. Keras's adds epsilon (1e-7) to sqrt(v) before the bias correction,
+           PyTorch's (1e-8) after: not the same update.
+  plain_reference
+           plain, with keras_bert.AdamW(epsilon=1e-8, no_decay=()) on our side: PyTorch's
+           update exactly, so that only the implementations differ.
   library  keras_bert's `compile()`: AdamW (epsilon 1e-6; no decay on LayerNorm and bias
            weights), warmup over 10% of the steps then linear decay to 0, global-norm clipping
            at 1.0; on PyTorch, torch.optim.AdamW with those groups,
@@ -95,6 +101,9 @@ def train_keras(run):
     model.head.dense.set_weights([kernel, bias])
     if run["recipe"] == "plain":
         model.compile(optimizer=keras.optimizers.AdamW(run["learning_rate"], weight_decay=0.01))
+    elif run["recipe"] == "plain_reference":
+        model.compile(optimizer=keras_bert.AdamW(run["learning_rate"], weight_decay=0.01,
+                                                 epsilon=1e-8, no_decay=()))  # fmt: skip
     else:
         model.compile(learning_rate=run["learning_rate"])
     x = tuple(map(list, zip(*texts))) if pairs else texts
@@ -119,7 +128,7 @@ def train_torch(run):
         model.classifier.weight.copy_(torch.from_numpy(kernel.T.copy()))
         model.classifier.bias.copy_(torch.from_numpy(bias))
     steps = steps_of(run, len(texts))
-    if run["recipe"] == "plain":
+    if run["recipe"] in ("plain", "plain_reference"):
         optimizer = torch.optim.AdamW(model.parameters(), lr=run["learning_rate"],
                                       weight_decay=0.01)  # fmt: skip
         schedule = None
@@ -175,6 +184,8 @@ def runs(options):
                                **{k: options[k] for k in RUN_OPTIONS}}  # fmt: skip
 
 
+RECIPES = ("plain", "plain_reference", "library")
+
 # What every run of a report shares.
 RUN_OPTIONS = ("task", "glue_dir", "checkpoint", "learning_rate", "batch_size", "epochs")
 
@@ -220,9 +231,9 @@ def check(options):
         if not os.path.isfile(os.path.join(options["glue_dir"], options["task"], f"{split}.tsv")):
             raise app.UsageError(f"--glue_dir={options['glue_dir']} has no "
                                  f"{options['task']}/{split}.tsv")  # fmt: skip
-    unknown = set(options["recipes"]) - {"plain", "library"}
+    unknown = set(options["recipes"]) - set(RECIPES)
     if unknown:
-        raise app.UsageError(f"--recipes: {sorted(unknown)} unknown; use plain and/or library")
+        raise app.UsageError(f"--recipes: {sorted(unknown)} unknown; use some of {RECIPES}")
     bad = [s for s in options["sizes"] if s != "all" and not (s.isdigit() and int(s) > 0)]
     if bad:
         raise app.UsageError(f"--sizes: {bad} are not example counts (or 'all')")

@@ -104,7 +104,8 @@ flags.DEFINE_integer("seeds", 3, "learning, embed_learning: seeds per setting (f
 flags.DEFINE_list("embed_tasks", ["sts", "retrieval"], "embed_learning: sts and/or retrieval "
                   "(benchmarks/embedding_learning.py says what each is).")
 flags.DEFINE_integer("first_seed", 0, "learning, embed_learning: the first seed.")
-flags.DEFINE_list("recipes", ["plain", "library"], "learning: plain and/or library "
+flags.DEFINE_list("recipes", ["plain", "library"], "learning: some of plain, plain_reference "
+                  "and library "
                   "(benchmarks/learning.py says what each is).")
 flags.DEFINE_float("learning_rate", 5e-5, "learning, embed_learning: the (peak) learning "
                    "rate (sentence-transformers' default is 2e-5).")

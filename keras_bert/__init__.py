@@ -64,10 +64,11 @@ from keras_bert.text.preprocessing import (
 from keras_bert.text.tokenizer import BertTokenizer
 from keras_bert.text.windows import BertWindowsPreprocessor
 from keras_bert.training.losses import CoSENTLoss, MultipleNegativesRankingLoss
-from keras_bert.training.optimization import WarmupLinearDecay, create_optimizer
+from keras_bert.training.optimization import AdamW, WarmupLinearDecay, create_optimizer
 from keras_bert.training.pretraining import sentence_pairs
 
 __all__ = [
+    "AdamW",
     "BertCheckpoint",
     "BertClassifier",
     "BertConfig",

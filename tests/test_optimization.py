@@ -29,6 +29,11 @@ def test_layer_norm_and_bias_weights_are_not_decayed():
     assert "layer_0/attention/query/kernel" in decayed
     assert "embeddings/word_embeddings/embeddings" in decayed
     assert not [p for p in decayed if p.endswith(("bias", "gamma", "beta"))]
+    # no_decay=() decays every weight, as torch.optim.AdamW(model.parameters()) does.
+    every = keras_bert.AdamW(1e-3, weight_decay=0.1, no_decay=())
+    every.build(encoder.trainable_variables)
+    assert all(every.rate_of(v)[1] for v in encoder.trainable_variables)
+    assert keras_bert.AdamW.from_config(every.get_config()).no_decay == ()
 
 
 @pytest.mark.parametrize("layer_decay", [None, 0.5])

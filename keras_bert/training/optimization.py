@@ -89,7 +89,11 @@ def dense_gradients(grads):
 @keras.saving.register_keras_serializable(package="keras_bert")
 class AdamW(keras.optimizers.Adam):
     """Adam with decoupled weight decay, as BERT trains: `weight_decay * lr * w` is subtracted
-    from each weight before its Adam step, except for NO_DECAY weights (LayerNorm, biases).
+    from each weight before its Adam step, except for weights whose name contains one of
+    `no_decay` (default NO_DECAY: LayerNorm's gamma and beta, biases; `()` decays every weight).
+    The step is PyTorch's AdamW's, epsilon after the bias correction (`fused_adam_step`), where
+    keras.optimizers.AdamW adds it before: `AdamW(5e-5, weight_decay=0.01, epsilon=1e-8,
+    no_decay=())` is `torch.optim.AdamW(model.parameters(), 5e-5, weight_decay=0.01)`.
 
     With `layer_decay` < 1, each variable's learning rate (and so its decay) is also scaled by
     `layer_rate`: the lower layers, which hold the most general features, move least.
@@ -102,7 +106,7 @@ class AdamW(keras.optimizers.Adam):
     """
 
     def __init__(self, learning_rate, weight_decay=0.01, layer_decay=1.0, recipe=None,
-                 **kwargs):  # fmt: skip
+                 no_decay=NO_DECAY, **kwargs):  # fmt: skip
         if not 0 < layer_decay <= 1:
             raise ValueError(f"layer_decay must be in (0, 1], got {layer_decay}")
         super().__init__(learning_rate=learning_rate, **kwargs)
@@ -110,6 +114,7 @@ class AdamW(keras.optimizers.Adam):
             raise ValueError("keras_bert's AdamW has no amsgrad; use keras.optimizers.AdamW")
         # Not Keras's `weight_decay`, which would decay every weight a second time.
         self.layer_decay, self.decoupled_weight_decay = layer_decay, weight_decay
+        self.no_decay = tuple(no_decay)
         self.recipe = Recipe(**recipe) if isinstance(recipe, dict) else recipe
         self._rates = {}
         self._unbuilt_variables = len(self.variables)  # the step count (and a constant rate)
@@ -120,7 +125,7 @@ class AdamW(keras.optimizers.Adam):
                   for m in [re.search(r"(?:^|/)layer_(\d+)/", v.path)] if m]  # fmt: skip
         num_layers = max(blocks) + 1 if blocks else 0
         for variable in variables:
-            decays = not any(name in variable.path.split("/")[-1] for name in NO_DECAY)
+            decays = not any(name in variable.path.split("/")[-1] for name in self.no_decay)
             self._rates[self._var_key(variable)] = (
                 layer_rate(variable.path, num_layers, self.layer_decay), decays)
 
@@ -167,7 +172,8 @@ class AdamW(keras.optimizers.Adam):
     def get_config(self):
         recipe = None if self.recipe is None else dataclasses.asdict(self.recipe)
         return {**super().get_config(), "layer_decay": self.layer_decay,
-                "weight_decay": self.decoupled_weight_decay, "recipe": recipe}  # fmt: skip
+                "weight_decay": self.decoupled_weight_decay, "recipe": recipe,
+                "no_decay": list(self.no_decay)}  # fmt: skip
 
 
 def create_optimizer(
