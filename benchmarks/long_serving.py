@@ -2,7 +2,7 @@
 
     python -m benchmarks.long_serving [--checkpoint=DIR --tokens=2000 --max_windows=32]
 
-Exports the classifier and the token classifier of MiniLM (or --checkpoint) with
+Exports the classifier and the token classifier (--models) of MiniLM (or --checkpoint) with
 --max_windows windows of --sequence_length tokens (their heads untrained: the time does not
 depend on the weights), then serves each from a process of its own that loads it as TF Serving
 does (TensorFlow and tensorflow-text only) and calls its `serving_default` with: a text of one
@@ -30,6 +30,8 @@ flags.DEFINE_integer("tokens", 2000, "Word pieces of a long text, about.")
 flags.DEFINE_integer("max_windows", 32, "Windows the exports read a text in at most.")
 flags.DEFINE_integer("sequence_length", 128, "Tokens of a window.")
 flags.DEFINE_integer("rounds", 5, "Alternating rounds; each times every request once.")
+flags.DEFINE_multi_enum("models", ["classifier", "token_classifier"],
+                        ["classifier", "token_classifier"], "The task models to export.")
 flags.DEFINE_string("worker", None, "Internal: serve this export, reading the requests from "
                     "stdin, and print its timings.")  # fmt: skip
 
@@ -74,12 +76,13 @@ def main(argv):
 
     checkpoint = FLAGS.checkpoint or default_checkpoint("--checkpoint")
     windows = {"sequence_length": FLAGS.sequence_length, "max_windows": FLAGS.max_windows}
-    models = {
-        "classifier": keras_bert.BertClassifier.from_checkpoint(checkpoint, 2, **windows),
-        "token_classifier": keras_bert.BertTokenClassifier.from_checkpoint(
+    build = {
+        "classifier": lambda: keras_bert.BertClassifier.from_checkpoint(checkpoint, 2, **windows),
+        "token_classifier": lambda: keras_bert.BertTokenClassifier.from_checkpoint(
             checkpoint, ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"], **windows),
     }  # fmt: skip
-    requests, pieces = texts(models["classifier"].preprocessor.tokenizer)
+    models = {name: build[name]() for name in dict.fromkeys(FLAGS.models)}
+    requests, pieces = texts(next(iter(models.values())).preprocessor.tokenizer)
     results = {}
     with tempfile.TemporaryDirectory() as folder:
         for name, model in models.items():

@@ -142,9 +142,14 @@ def graph_float_bytes(export_path):
 
 
 def run_forked(requests, timeout):
-    """Runs binaries as `python -m <module> <args>` would, each forked from one process that
-    imported TensorFlow once (tests/forked_binaries.py): `requests` is a list of {"module",
-    "args", "timeout"}; returns, in the same order, {"returncode", "stdout", "stderr"} each."""
+    """Runs binaries as `python -m <module> <args>` would, each forked from a process that
+    imported TensorFlow once (tests/forked_binaries.py), two at a time: `requests` is a list of
+    {"module", "args", "timeout"}; returns, in the same order, {"returncode", "stdout",
+    "stderr"} each. This test process's server forks them (run_binary); where it has none for
+    this environment, a forked_binaries.py of their own, given `timeout` in all."""
+    server = _server(os.environ)
+    if server is not None:
+        return _forked(server, requests)
     runner = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "forked_binaries.py")],
                             input=json.dumps(requests), cwd=ROOT, capture_output=True, text=True,
                             timeout=timeout)  # fmt: skip
@@ -181,13 +186,47 @@ def _server(env, clean=False):
     return server if _import_time(server.env) == _import_time(env) else None
 
 
-def _forked(server, request):
-    """One request's result from a forked_binaries.py --serve process."""
-    server.stdin.write(json.dumps([request]) + "\n")
+def _forked(server, requests):
+    """The results of `requests`, run side by side (two at a time) by a forked_binaries.py
+    --serve process."""
+    server.stdin.write(json.dumps(requests) + "\n")
     server.stdin.flush()
     line = server.stdout.readline()
     assert line, f"forked_binaries.py --serve ended with status {server.wait()}"
-    return json.loads(line)[0]
+    return json.loads(line)
+
+
+def _request(args, timeout, env, stdin=""):
+    """forked_binaries.py's request for `python *args` (`-m <module> ...`, `-c <code> ...` or
+    `<script> ...`)."""
+    kind = {"-m": "module", "-c": "code"}.get(args[0])
+    what, rest = (args[1], args[2:]) if kind else (args[0], args[1:])
+    return {kind or "script": what, "args": list(rest), "timeout": timeout, "env": env,
+            "stdin": stdin}  # fmt: skip
+
+
+def _run_all(runs, timeout, clean=False):
+    """CompletedProcesses of `runs` (a list of (args, env, stdin)), started together: forked
+    from this test process's server of that kind where there is one for every run's
+    environment, else as subprocesses of `python *args` (run side by side too)."""
+    servers = [_server(env, clean) for _, env, _ in runs]
+    if all(servers):
+        results = _forked(servers[0], [_request(args, timeout, env, stdin)
+                                       for args, env, stdin in runs])  # fmt: skip
+    else:
+        started = [subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, text=True,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE) for args, env, _ in runs]  # fmt: skip
+        results = []
+        for process, (_, _, stdin) in zip(started, runs):
+            try:
+                out, err = process.communicate(stdin, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                out, err = process.communicate()
+            results.append({"returncode": process.returncode, "stdout": out, "stderr": err})
+    return [subprocess.CompletedProcess([sys.executable, *args], r["returncode"], r["stdout"],
+                                        r["stderr"]) for (args, _, _), r in zip(runs, results)]
 
 
 def run_binary(args, timeout=600, env=None, fresh=False):
@@ -200,15 +239,17 @@ def run_binary(args, timeout=600, env=None, fresh=False):
     does one asked `fresh`: a forked binary finds keras_bert and tasks imported already, so
     each binary needs a fresh run somewhere to show it imports what it uses."""
     env = dict(os.environ if env is None else env)
-    server = None if fresh or args[0] not in ("-m", "-c") else _server(env)
-    if server is None:
+    if fresh or args[0] not in ("-m", "-c"):
         return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
                               timeout=timeout, env=env)  # fmt: skip
-    request = {"module" if args[0] == "-m" else "code": args[1], "args": list(args[2:]),
-               "timeout": timeout, "env": env}  # fmt: skip
-    result = _forked(server, request)
-    return subprocess.CompletedProcess([sys.executable, *args], result["returncode"],
-                                       result["stdout"], result["stderr"])
+    return _run_all([(args, env, "")], timeout)[0]
+
+
+def run_together(runs, timeout=600):
+    """run_binary for two runs at once, side by side (the two workers of one cluster): `runs`
+    is a list of (args, env); a list of CompletedProcesses in the same order."""
+    assert len(runs) <= 2, "forked_binaries.py runs two at a time"
+    return _run_all([(args, dict(env), "") for args, env in runs], timeout)
 
 
 # `python -m MODULE ARGS` that sends itself a signal as soon as a file exists (where a test
@@ -240,16 +281,8 @@ def run_clean(request, stdin=""):
     TensorFlow and tensorflow-text alone, forked from forked_binaries.py --serve --clean (or
     started afresh where this process's environment has changed since): a CompletedProcess
     whose returncode is -9 after 300 s."""
-    request = {"timeout": 300, **request, "stdin": stdin, "env": dict(os.environ)}
     args = [request["script"]] if "script" in request else ["-c", request["code"]]
-    args += request["args"]
-    server = _server(os.environ, clean=True)
-    if server is None:
-        return subprocess.run([sys.executable, *args], input=stdin, capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
-    result = _forked(server, request)
-    return subprocess.CompletedProcess([sys.executable, *args], result["returncode"],
-                                       result["stdout"], result["stderr"])
+    return _run_all([(args + request["args"], dict(os.environ), stdin)], 300, clean=True)[0]
 
 
 def served_in_clean_process(export_path, body, stdin=""):

@@ -178,9 +178,10 @@ def runs(tiny_checkpoint, export, scratch):
                             f"--checkpoint={tiny_checkpoint}", "--train_texts=4",
                             "--test_texts=4", "--filler_words=30", "--late_tokens=15",
                             "--sequence_length=16", "--max_windows=3", "--batch_size=2",
-                            "--epochs=1"),
+                            "--epochs=1", "--variants=truncate,attention"),
         "long_serving": bench("long_serving", f"--checkpoint={tiny_checkpoint}", "--tokens=60",
-                              "--max_windows=4", "--sequence_length=16", "--rounds=1"),
+                              "--max_windows=4", "--sequence_length=16", "--rounds=1",
+                              "--models=token_classifier"),
     }  # fmt: skip
     for i, (flags, _, _) in enumerate(REFUSALS):
         requests[f"refusal_{i}"] = bench("peers", "--bench=products", *flags)
@@ -331,16 +332,17 @@ def test_the_pretraining_bench_times_both_precisions(runs):
 
 def test_the_long_texts_bench_scores_each_model_on_early_and_late_sentences(runs):
     report = json.loads(report_of(runs, "long_texts"))
-    assert [run["variant"] for run in report["runs"]] == ["truncate", "mean", "max",
-                                                       "attention"]
+    # One variant of each path: a text cut to its first window, and one read in windows
+    # (mean and max differ from attention only in the pooling layer, tested in the library).
+    assert [run["variant"] for run in report["runs"]] == ["truncate", "attention"]
     for run in report["runs"]:
         parts = [run["early_accuracy"], run["late_accuracy"]]
         assert all(0.0 <= v <= 1.0 for v in parts) and run["accuracy"] == np.mean(parts)
 
 
-def test_the_long_serving_bench_times_each_request_of_both_exports(runs):
+def test_the_long_serving_bench_times_each_request_of_the_exports_asked_for(runs):
     report = json.loads(report_of(runs, "long_serving"))
-    assert report["long_text_pieces"] >= 60
+    assert report["long_text_pieces"] >= 60 and list(report["results"]) == ["token_classifier"]
     for requests in report["results"].values():
         assert sorted(requests) == ["long_1", "long_32", "one_window"]
         peaks = [requests[r]["peak_rss_mb"] for r in ("one_window", "long_1", "long_32")]

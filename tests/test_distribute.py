@@ -7,13 +7,12 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 
 import keras
 import numpy as np
 import pytest
-from conftest import DATA, ROOT, run_binary, run_signalled
+from conftest import DATA, run_binary, run_signalled, run_together
 
 
 def glue_command(checkpoint, output_dir, *extra):
@@ -107,15 +106,9 @@ def test_two_workers_end_with_identical_weights(tmp_path, tiny_checkpoint):
     cluster = {"worker": [f"localhost:{p}" for p in ports]}
     command = glue_command(tiny_checkpoint, tmp_path, "--strategy=multi_worker",
                            "--num_train_epochs=2")  # fmt: skip
-    workers = [
-        subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env={**os.environ, "TF_CONFIG": json.dumps(
-                             {"cluster": cluster, "task": {"type": "worker", "index": i}})})
-        for i in range(2)
-    ]  # fmt: skip
-    for worker in workers:
-        _, stderr = worker.communicate(timeout=600)
-        assert worker.returncode == 0, stderr[-3000:]
+    for worker in run_together([(command[1:], {**os.environ, "TF_CONFIG": json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": i}})}) for i in range(2)]):
+        assert worker.returncode == 0, worker.stderr[-3000:]
     chief = weights(str(tmp_path / "model.keras"))
     other = weights(str(tmp_path / "worker_1" / "model.keras"))
     initial = weights_of_checkpoint(tiny_checkpoint)

@@ -4,12 +4,11 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import DATA, ROOT, run_binary, run_signalled
+from conftest import DATA, run_binary, run_signalled, run_together
 from safetensors.numpy import load_file
 from test_distribute import free_ports
 
@@ -200,13 +199,9 @@ def test_two_workers_pretrain_to_identical_weights(tmp_path, pretraining_data):
     command = pretrain_command(pretraining_data, tmp_path, "--strategy=multi_worker",
                                "--num_train_steps=20", "--steps_per_loop=10",
                                "--num_warmup_steps=2")  # fmt: skip
-    workers = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env={**os.environ, "TF_CONFIG": json.dumps(
-                                    {"cluster": cluster, "task": {"type": "worker", "index": i}})})
-               for i in range(2)]  # fmt: skip
-    for worker in workers:
-        _, stderr = worker.communicate(timeout=600)
-        assert worker.returncode == 0, stderr[-3000:]
+    for worker in run_together([(command[1:], {**os.environ, "TF_CONFIG": json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": i}})}) for i in range(2)]):
+        assert worker.returncode == 0, worker.stderr[-3000:]
     chief = checkpoints.load_checkpoint(str(tmp_path / "huggingface"))
     other = checkpoints.load_checkpoint(str(tmp_path / "worker_1" / "huggingface"))
     for a, b in zip(chief.encoder.weights + chief.masked_lm.weights,
