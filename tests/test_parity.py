@@ -82,11 +82,12 @@ def test_fine_tuning_follows_the_reference_step_by_step(minilm_dir):
     import keras
 
     import keras_bert
+    from tasks import glue
 
     def sst2(split):
-        with open(os.path.join(DATA, "glue", "SST-2", f"{split}.tsv"), encoding="utf-8") as f:
-            rows = [line.rstrip("\n").split("\t") for line in f][1:]
-        return [r[0] for r in rows], np.array([int(r[1]) for r in rows])
+        path = os.path.join(DATA, "glue", "SST-2", f"{split}.tsv")
+        data = glue.read_tsv(path, glue.get_task("SST-2"), True)
+        return data.texts["sentence"], np.asarray(data.labels, "int64")
 
     golden = np.load(os.path.join(DATA, "minilm_training_golden.npz"))
     (texts, labels), (dev_texts, _) = sst2("train"), sst2("dev")

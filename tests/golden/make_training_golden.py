@@ -1,5 +1,5 @@
 """Regenerates tests/data/minilm_training_golden.npz: what the reference learns in a short
-fine-tuning, step by step, for tests/test_training_parity.py.
+fine-tuning, step by step, for tests/test_parity.py.
 
 The reference is Hugging Face transformers' BertForSequenceClassification on MiniLM, trained as
 keras_bert's `compile()` trains (torch.optim.AdamW, epsilon 1e-6, weight decay 0.01 except on
