@@ -89,21 +89,27 @@ TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [
 TINY_VOCAB += [f"[unused{i}]" for i in range(TINY["vocab_size"] - len(TINY_VOCAB))]  # one a row
 
 
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory, minilm_dir):
-    """A tiny random BERT in the Hugging Face layout with MiniLM's real vocabulary, so that
-    task pipelines run on real text in seconds."""
+def make_tiny_checkpoint(folder, minilm_dir, **sizes):
+    """Writes a tiny random BERT in the Hugging Face layout with MiniLM's real vocabulary to
+    `folder` (TINY's sizes, less odd, updated by `sizes`); returns the folder."""
     from keras_bert import checkpoints
 
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(7)
     # Heads and intermediate size even (TINY's are odd): exports split it in 2 column parts.
     encoder = keras_bert.BertEncoder(**{**TINY, "vocab_size": 30522, "max_position_embeddings": 128,
-                                        "num_attention_heads": 2, "intermediate_size": 38})
-    folder = str(tmp_path_factory.mktemp("tiny_checkpoint"))
+                                        "num_attention_heads": 2, "intermediate_size": 38,
+                                        **sizes})  # fmt: skip
     vocab = os.path.join(minilm_dir, "vocab.txt")
     checkpoints.save_checkpoint(checkpoints.BertCheckpoint(encoder, vocab, True), folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, minilm_dir):
+    """A tiny random BERT in the Hugging Face layout with MiniLM's real vocabulary, so that
+    task pipelines run on real text in seconds."""
+    return make_tiny_checkpoint(str(tmp_path_factory.mktemp("tiny_checkpoint")), minilm_dir)
 
 
 @pytest.fixture
