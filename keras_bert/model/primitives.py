@@ -104,16 +104,20 @@ class BertDropout(keras.layers.Dropout):
         if (not training or self.rate == 0 or self.noise_shape is not None
                 or keras.backend.backend() != "tensorflow"):  # fmt: skip
             return super().call(inputs, training=training)
+        dropped = round(self.rate * _DROPOUT_LEVELS)
+        scale = tf.constant(_DROPOUT_LEVELS / (_DROPOUT_LEVELS - dropped), inputs.dtype)
+        return tf.where(self.keep_mask(inputs), inputs * scale, tf.zeros((), inputs.dtype))
+
+    def keep_mask(self, inputs):
+        """bool, `inputs`' shape: the positions this call keeps, a fresh draw from the layer's
+        seed generator (its state advances once a call)."""
         # The int32 seed Keras's TensorFlow backend makes of the generator's int64 state.
         seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), tf.int32)
-        dropped = round(self.rate * _DROPOUT_LEVELS)
         size = tf.size(inputs)
         bits = tf.random.stateless_uniform(((size + 1) // 2,), seed, minval=None, maxval=None,
                                            dtype=tf.uint32)  # fmt: skip
         bits = tf.reshape(tf.bitcast(bits, tf.uint16), (-1,))[:size]
-        keep = tf.reshape(bits >= dropped, tf.shape(inputs))
-        scale = tf.constant(_DROPOUT_LEVELS / (_DROPOUT_LEVELS - dropped), inputs.dtype)
-        return tf.where(keep, inputs * scale, tf.zeros((), inputs.dtype))
+        return tf.reshape(bits >= round(self.rate * _DROPOUT_LEVELS), tf.shape(inputs))
 
 
 def initializer(stddev):
