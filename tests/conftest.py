@@ -107,9 +107,19 @@ def make_tiny_checkpoint(folder, minilm_dir, **sizes):
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory, minilm_dir):
-    """A tiny random BERT in the Hugging Face layout with MiniLM's real vocabulary, so that
-    task pipelines run on real text in seconds."""
-    return make_tiny_checkpoint(str(tmp_path_factory.mktemp("tiny_checkpoint")), minilm_dir)
+    """A tiny random BERT of one transformer block in the Hugging Face layout with MiniLM's
+    real vocabulary, so that task pipelines run on real text in seconds: tracing and compiling
+    a task model's steps, most of such a test's time, takes each block's ops again, and every
+    block runs the same code (two_block_checkpoint, and the TINY encoders, have several)."""
+    return make_tiny_checkpoint(str(tmp_path_factory.mktemp("tiny_checkpoint")), minilm_dir,
+                                num_hidden_layers=1)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def two_block_checkpoint(tmp_path_factory, minilm_dir):
+    """tiny_checkpoint with two transformer blocks, for what differs between blocks (each
+    block's own learning rate, the last block's first-token path after a full one)."""
+    return make_tiny_checkpoint(str(tmp_path_factory.mktemp("two_block_checkpoint")), minilm_dir)
 
 
 @pytest.fixture

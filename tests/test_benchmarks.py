@@ -128,7 +128,7 @@ def scratch(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_checkpoint, export, scratch):
+def runs(tiny_checkpoint, two_block_checkpoint, export, scratch):
     """{name: {"returncode", "stdout", "stderr"}} of every smoke run."""
     tiny = {"checkpoint": tiny_checkpoint, "scratch": scratch}
     results = os.path.join(scratch, "results.jsonl")
@@ -156,7 +156,7 @@ def runs(tiny_checkpoint, export, scratch):
         "learning": {"module": "benchmarks.learning", "args": [json.dumps(learning_run)]},
         **{f"embed_learning_{task}": {"module": "benchmarks.embedding_learning", "args": [
             json.dumps({"side": "keras_bert", "task": task, "seed": 1, "batch_size": 8,
-                        "epochs": 1, "learning_rate": 1e-4, "checkpoint": tiny_checkpoint,
+                        "epochs": 1, "learning_rate": 1e-4, "checkpoint": two_block_checkpoint,
                         "glue_dir": os.path.join(DATA, "glue")})]}
            for task in ("sts", "retrieval")},
         "ceiling": bench("ceiling", "--model=minilm", "--layers=1", "--batch_size=1",

@@ -15,7 +15,7 @@ from tasks import glue, swag, trainer
 
 
 @pytest.fixture(scope="module")
-def sst2_run(tmp_path_factory, tiny_checkpoint):
+def sst2_run(tmp_path_factory, two_block_checkpoint):  # hub outputs: one a block
     from absl import flags
     from absl.testing import flagsaver
 
@@ -23,7 +23,7 @@ def sst2_run(tmp_path_factory, tiny_checkpoint):
         flags.FLAGS.mark_as_parsed()
     run_dir = str(tmp_path_factory.mktemp("sst2_run"))
     with flagsaver.flagsaver(data_dir=os.path.join(DATA, "glue", "SST-2"), output_dir=run_dir,
-                             init_checkpoint=tiny_checkpoint, num_train_epochs=1.0,
+                             init_checkpoint=two_block_checkpoint, num_train_epochs=1.0,
                              do_eval=False, max_seq_length=32):  # fmt: skip
         glue.run(glue.get_task("SST-2"))
     return run_dir

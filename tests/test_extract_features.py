@@ -79,14 +79,14 @@ def direct(checkpoint, texts, sequence_length=32):
     return results, tokenizer.vocabulary
 
 
-def test_per_token_values_are_the_encoders(tmp_path, input_file, tiny_checkpoint):
+def test_per_token_values_are_the_encoders(tmp_path, input_file, two_block_checkpoint):
     output = str(tmp_path / "features.jsonl")
     # fresh: the binary's one run in a process of its own (conftest.run_binary says why).
     extract(f"--input_file={input_file}", f"--output_file={output}", "--layers=-1,0",
-            f"--init_checkpoint={tiny_checkpoint}", "--max_seq_length=32", "--batch_size=4",
+            f"--init_checkpoint={two_block_checkpoint}", "--max_seq_length=32", "--batch_size=4",
             fresh=True)
     records = [json.loads(line) for line in open(output, encoding="utf-8")]
-    expected, vocabulary = direct(tiny_checkpoint, TEXTS)
+    expected, vocabulary = direct(two_block_checkpoint, TEXTS)
     assert [r["linex_index"] for r in records] == list(range(len(TEXTS)))
     for record, (ids, outputs) in zip(records, expected):
         assert [f["token"] for f in record["features"]] == [vocabulary[i] for i in ids]

@@ -54,10 +54,10 @@ def test_our_optimizer_clips_gradients_to_the_global_norm(layer_decay):
     assert np.isnan(momentum[0].numpy()).all()
 
 
-def test_layer_decay_sets_each_variables_effective_learning_rate(tiny_checkpoint):
+def test_layer_decay_sets_each_variables_effective_learning_rate(two_block_checkpoint):
     """One Adam step moves a weight by lr * rate * g / (|g| + eps), so by lr * rate where the
     gradient is not tiny: the largest move of each variable, over lr, is its effective rate."""
-    model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=2,
+    model = keras_bert.BertClassifier.from_checkpoint(two_block_checkpoint, num_classes=2,
                                                       sequence_length=16)  # fmt: skip
     # epsilon 1e-12: a tiny model's gradients are small, and Adam's epsilon would show
     model.compile(create_optimizer(1e-3, 1000, 0, weight_decay=0.0, clipnorm=1e9, epsilon=1e-12,

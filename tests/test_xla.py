@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import DATA, TINY, make_tiny_checkpoint, random_inputs
+from conftest import DATA, TINY, random_inputs
 
 import keras_bert
 from keras_bert.models import static_steps
@@ -75,21 +75,12 @@ _MASKED = None
 KINDS = ["single", "pair", "choice", "spans", "tags", "pretrain"]
 
 
-@pytest.fixture(scope="module")
-def one_block_checkpoint(tmp_path_factory, minilm_dir):
-    """tiny_checkpoint with one transformer block: XLA compiles each block's ops again, and
-    every block of an encoder runs the same static path (the encoder of two blocks:
-    test_static_and_packed_encoders_agree_at_real_positions)."""
-    return make_tiny_checkpoint(str(tmp_path_factory.mktemp("one_block")), minilm_dir,
-                                num_hidden_layers=1)  # fmt: skip
-
-
 @pytest.mark.parametrize("kind", KINDS)
-def test_an_xla_step_learns_what_the_plain_step_learns(one_block_checkpoint, kind):
+def test_an_xla_step_learns_what_the_plain_step_learns(tiny_checkpoint, kind):
     runs = {}
     for jit in (False, True):
         keras.utils.set_random_seed(5)
-        model, x, y = _task(kind, one_block_checkpoint)
+        model, x, y = _task(kind, tiny_checkpoint)
         _no_dropout(model).compile(learning_rate=1e-3, warmup_proportion=0.0, jit_compile=jit)
         assert model.jit_compile is jit and model.compiles_with_xla() is jit
         # One batch of 8 (one shape to compile a step for, to keep the test short).
@@ -150,10 +141,10 @@ def test_batches_for_xla_are_padded_to_a_few_lengths(tiny_checkpoint):
     assert weights["masked_lm"].shape == (8, 7)
 
 
-def test_the_whole_training_step_compiles_as_one_xla_cluster(one_block_checkpoint):
+def test_the_whole_training_step_compiles_as_one_xla_cluster(tiny_checkpoint):
     """The forward pass, the gradients and the optimizer's update (the library's AdamW, the
     schedule, the clipping) in one XLA computation: what a TPU runs as a step."""
-    model, x, y = _task("single", one_block_checkpoint)
+    model, x, y = _task("single", tiny_checkpoint)
     model.compile(jit_compile=True, total_steps=10, warmup_proportion=0.0)
     batch = next(iter(model.make_dataset(x, y, batch_size=4)))
     step = tf.function(model.train_step, jit_compile=True)
@@ -170,11 +161,11 @@ def test_the_whole_training_step_compiles_as_one_xla_cluster(one_block_checkpoin
     assert entry.count(": s32[4,16]") == 3 and entry.count("arg") > 3 * len(changed)
 
 
-def test_a_binary_trains_with_xla_in_groups_of_steps(tmp_path, one_block_checkpoint):
+def test_a_binary_trains_with_xla_in_groups_of_steps(tmp_path, tiny_checkpoint):
     """--jit_compile and --steps_per_execution: the steps run compiled with XLA, two a call."""
     from test_distribute import glue_command, run
 
-    result = run(glue_command(one_block_checkpoint, tmp_path, "--jit_compile", "--steps_per_execution=2",
+    result = run(glue_command(tiny_checkpoint, tmp_path, "--jit_compile", "--steps_per_execution=2",
                               "--num_train_epochs=1", "--max_train_examples=64",
                               "--save_checkpoints_steps=2"))  # fmt: skip
     assert "training steps compiled with XLA, on static shapes, 2 per execution" in result.stderr
