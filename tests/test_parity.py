@@ -155,7 +155,7 @@ def test_a_training_step_with_the_references_dropout_masks_is_the_references(min
     encoder = model.encoder
     monkeypatch.setattr(encoder.get_layer("embeddings").dropout, "keep_mask",
                         given(mask("bert.embeddings.dropout")))  # fmt: skip
-    for i in range(6):
+    for i in range(encoder.config.num_hidden_layers):
         block = encoder.get_layer(f"layer_{i}")
         for layer, name, packed in [(block.attention.dropout, "attention.self", False),
                                     (block.attention_dropout, "attention.output", True),

@@ -104,9 +104,13 @@ class BertDropout(keras.layers.Dropout):
         if (not training or self.rate == 0 or self.noise_shape is not None
                 or keras.backend.backend() != "tensorflow"):  # fmt: skip
             return super().call(inputs, training=training)
-        dropped = round(self.rate * _DROPOUT_LEVELS)
-        scale = tf.constant(_DROPOUT_LEVELS / (_DROPOUT_LEVELS - dropped), inputs.dtype)
+        scale = tf.constant(_DROPOUT_LEVELS / (_DROPOUT_LEVELS - self._dropped), inputs.dtype)
         return tf.where(self.keep_mask(inputs), inputs * scale, tf.zeros((), inputs.dtype))
+
+    @property
+    def _dropped(self):
+        """Of the 65,536 values 16 random bits take, how many drop a position."""
+        return round(self.rate * _DROPOUT_LEVELS)
 
     def keep_mask(self, inputs):
         """bool, `inputs`' shape: the positions this call keeps, a fresh draw from the layer's
@@ -117,7 +121,7 @@ class BertDropout(keras.layers.Dropout):
         bits = tf.random.stateless_uniform(((size + 1) // 2,), seed, minval=None, maxval=None,
                                            dtype=tf.uint32)  # fmt: skip
         bits = tf.reshape(tf.bitcast(bits, tf.uint16), (-1,))[:size]
-        return tf.reshape(bits >= round(self.rate * _DROPOUT_LEVELS), tf.shape(inputs))
+        return tf.reshape(bits >= self._dropped, tf.shape(inputs))
 
 
 def initializer(stddev):
