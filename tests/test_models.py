@@ -280,6 +280,38 @@ def test_each_fit_runs_a_schedule_and_none_trains_past_its_end(classifier):
     assert not changed(before)
 
 
+def test_a_second_fit_restarts_the_recipe_in_the_steps_already_traced(tiny_checkpoint):
+    """Under compile()'s recipe each fit starts a fresh AdamW and schedule: restarted in place,
+    the second fit trains to the same bits as on a model compiled anew before it, and Keras
+    keeps its traced train and predict steps (a new optimizer made it trace both again)."""
+    def trained(recompile):
+        keras.utils.set_random_seed(3)  # the same weights and dropout seeds on both models
+        model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=2,
+                                                          sequence_length=32)  # fmt: skip
+        model.compile(learning_rate=1e-2)
+        model.fit(SENTENCES, LABELS, batch_size=2, epochs=2, shuffle=False, verbose=0)
+        model.predict(SENTENCES, verbose=0)
+        steps = model.train_function, model.predict_function
+        if recompile:
+            model.compile(learning_rate=1e-2)
+        model.fit(SENTENCES[:3], LABELS[:3], batch_size=2, shuffle=False, verbose=0)
+        model.predict(SENTENCES, verbose=0)
+        return model, steps
+
+    restarted, (train_step, predict_step) = trained(recompile=False)
+    assert restarted.train_function is train_step
+    assert restarted.predict_function is predict_step
+    schedule = restarted.optimizer._learning_rate
+    assert (schedule.total_steps, schedule.warmup_steps) == (2, 0)  # the second fit's own
+    assert int(restarted.optimizer.iterations) == 2
+    anew, _ = trained(recompile=True)
+    assert anew.optimizer is not restarted.optimizer
+    for a, b in zip(restarted.weights, anew.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    # The next fit made in a process of its own from the saved file follows the recipe too.
+    assert restarted.optimizer.get_config()["learning_rate"]["config"]["total_steps"] == 2
+
+
 def test_a_model_with_weights_stored_for_inference_refuses_to_train(classifier):
     """with_precision(..., for_inference=True) stores bfloat16 weights; its fit failed with
     TensorFlow's "Input 'y' of 'Mul' Op has type float32 that does not match type bfloat16"."""

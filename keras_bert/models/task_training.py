@@ -84,16 +84,28 @@ class Trainable:
                 "compile with jit_compile=False (or train on one device, or a TPU)")
 
     def _follow_recipe(self, steps):
-        """Under compile()'s recipe (no total_steps), a new AdamW and schedule over the `steps`
-        a fit is about to run. Reused, the first fit's schedule ended at a rate of 0, and a
-        second fit changed no weight while Keras reported its loss."""
+        """Under compile()'s recipe (no total_steps), a fresh AdamW and schedule over the
+        `steps` a fit is about to run. Reused as it was, the first fit's schedule ended at a
+        rate of 0, and a second fit changed no weight while Keras reported its loss.
+
+        The AdamW this method made for the last fit is restarted in place (`AdamW.restart`):
+        the same state as a new one, in the same variables, so that Keras keeps the steps it
+        traced. A new one (Keras's compile) drops them, and the next fit, evaluate and
+        predict each traced their step again."""
         if getattr(self, "_recipe", None) is None:
             return
         recipe, compile_kwargs = self._recipe
+        # The last fit's AdamW: made below from this recipe (not wrapped in a LossScaleOptimizer).
+        optimizer = self.optimizer
+        last = isinstance(optimizer, optimization.AdamW) and optimizer.recipe is recipe
+        if last and optimizer.restart(steps, recipe.warmup_steps(steps)):
+            return
         with self.distribute_strategy.scope():  # the one the model was made under, if any
             # Keras's compile: this class's would drop the recipe for the optimizer given.
             self._keras_compile(optimizer=recipe.optimizer(steps, each_fit=True),
                                 **compile_kwargs)  # fmt: skip
+            optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+            optimizer._learning_rate.make_restartable()
 
     def _check_can_train(self):
         check_weights_can_change()

@@ -20,19 +20,38 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     `total_steps`."""
 
     def __init__(self, learning_rate, total_steps, warmup_steps):
+        self.learning_rate = learning_rate
+        self._steps = None  # the steps in a variable, once `make_restartable` made it
+        self.restart(total_steps, warmup_steps)
+
+    def make_restartable(self):
+        """Keeps the steps in a float32 variable (made in the current tf.distribute scope)
+        that `__call__` reads, so that `restart` changes the schedule of a step already
+        traced. Call it before the step is traced."""
+        if self._steps is None:
+            self._steps = keras.Variable([float(self.total_steps), float(self.warmup_steps)],
+                                         dtype="float32", trainable=False,
+                                         name="warmup_linear_decay_steps")  # fmt: skip
+
+    def restart(self, total_steps, warmup_steps):
+        """Makes this the schedule of a run of `total_steps` warming up over `warmup_steps`."""
         if total_steps <= 0:
             raise ValueError(f"total_steps must be positive, got {total_steps}")
         if not 0 <= warmup_steps <= total_steps:
             raise ValueError(f"warmup_steps must be in [0, {total_steps}], got {warmup_steps}")
-        self.learning_rate = learning_rate
-        self.total_steps = total_steps
-        self.warmup_steps = warmup_steps
+        self.total_steps, self.warmup_steps = total_steps, warmup_steps
+        if self._steps is not None:
+            self._steps.assign([float(total_steps), float(warmup_steps)])
 
     def __call__(self, step):
         step = ops.cast(step, "float32")
-        warmup = step / max(self.warmup_steps, 1)
-        decay = (self.total_steps - step) / max(self.total_steps - self.warmup_steps, 1)
-        fraction = ops.where(step < self.warmup_steps, warmup, decay)
+        if self._steps is None:
+            total, warmup = float(self.total_steps), float(self.warmup_steps)
+        else:
+            total, warmup = self._steps[0], self._steps[1]
+        warming = step / ops.maximum(warmup, 1.0)
+        decay = (total - step) / ops.maximum(total - warmup, 1.0)
+        fraction = ops.where(step < warmup, warming, decay)
         return self.learning_rate * ops.clip(fraction, 0.0, 1.0)
 
     def get_config(self):
@@ -139,6 +158,24 @@ class AdamW(keras.optimizers.Adam):
                 self.variables[i].assign(store[str(i)])
             return
         super().load_own_variables(store)
+
+    def restart(self, total_steps, warmup_steps):
+        """Back to a new optimizer's state (step count and Adam moments 0) on a restartable
+        WarmupLinearDecay (`make_restartable`) of `total_steps`, without new variables, so
+        that Keras's traced step stays valid. Returns False, changing nothing, where the
+        optimizer holds more state than that (a constant rate's variable, gradient
+        accumulation, EMA) or its schedule is not restartable."""
+        schedule = self._learning_rate
+        if (not self.built or not isinstance(schedule, WarmupLinearDecay)
+                or schedule._steps is None):  # fmt: skip
+            return False
+        own = [self.iterations, *self._momentums, *self._velocities]
+        if {id(v) for v in self.variables} != {id(v) for v in own}:
+            return False
+        for variable in own:
+            variable.assign(ops.zeros(variable.shape, variable.dtype))
+        schedule.restart(total_steps, warmup_steps)
+        return True
 
     def rate_of(self, variable):
         """(learning-rate multiplier, whether weight decay applies) of a variable."""
@@ -249,11 +286,14 @@ class Recipe:
                 raise ValueError(f"{name} must be {what}, got {value!r}")
         self.learning_rate = float(self.learning_rate)  # Keras takes no int rate
 
+    def warmup_steps(self, total_steps):
+        return int(total_steps * self.warmup_proportion)
+
     def optimizer(self, total_steps, each_fit=False):
         """`create_optimizer` for a run of `total_steps`, warming up over its proportion;
         `each_fit`: the optimizer of one fit of a model that makes every fit's from this recipe,
         which it carries (AdamW's `recipe`)."""
         return create_optimizer(
-            self.learning_rate, total_steps, int(total_steps * self.warmup_proportion),
+            self.learning_rate, total_steps, self.warmup_steps(total_steps),
             weight_decay=self.weight_decay, clipnorm=self.clipnorm, layer_decay=self.layer_decay,
             recipe=self if each_fit else None)
