@@ -283,15 +283,18 @@ def test_each_fit_runs_a_schedule_and_none_trains_past_its_end(classifier):
 def test_a_second_fit_restarts_the_recipe_in_the_steps_already_traced(tiny_checkpoint):
     """Under compile()'s recipe each fit starts a fresh AdamW and schedule: restarted in place,
     the second fit trains to the same bits as on a model compiled anew before it, and Keras
-    keeps its traced train and predict steps (a new optimizer made it trace both again)."""
+    keeps its traced steps, the predict step traced before the first fit included (a new
+    optimizer made it trace each again)."""
     def trained(recompile):
         keras.utils.set_random_seed(3)  # the same weights and dropout seeds on both models
         model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, num_classes=2,
                                                           sequence_length=32)  # fmt: skip
         model.compile(learning_rate=1e-2)
+        model.predict(SENTENCES, verbose=0)
+        predict_step = model.predict_function
         model.fit(SENTENCES, LABELS, batch_size=2, epochs=2, shuffle=False, verbose=0)
         model.predict(SENTENCES, verbose=0)
-        steps = model.train_function, model.predict_function
+        steps = model.train_function, predict_step
         if recompile:
             model.compile(learning_rate=1e-2)
         model.fit(SENTENCES[:3], LABELS[:3], batch_size=2, shuffle=False, verbose=0)

@@ -56,8 +56,9 @@ class Trainable:
                 optimizer = recipe.optimizer(total_steps)
             else:
                 self._keep_recipe((recipe, dict(loss=loss, metrics=metrics, **kwargs)))
-                # Replaced in fit; it carries the recipe into a saved file's compile config.
-                optimizer = optimization.AdamW(recipe.learning_rate, recipe=recipe)
+                # Each fit restarts it over its own steps (_follow_recipe). It carries the
+                # recipe into a saved file's compile config.
+                optimizer = recipe.optimizer(1, each_fit=True)
         self._keras_compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def _keras_compile(self, **kwargs):
@@ -88,18 +89,21 @@ class Trainable:
         `steps` a fit is about to run. Reused as it was, the first fit's schedule ended at a
         rate of 0, and a second fit changed no weight while Keras reported its loss.
 
-        The AdamW this method made for the last fit is restarted in place (`AdamW.restart`):
-        the same state as a new one, in the same variables, so that Keras keeps the steps it
+        The AdamW compile() or the last fit made is restarted in place (`AdamW.restart`): the
+        same state as a new one, in the same variables, so that Keras keeps the steps it
         traced. A new one (Keras's compile) drops them, and the next fit, evaluate and
         predict each traced their step again."""
         if getattr(self, "_recipe", None) is None:
             return
         recipe, compile_kwargs = self._recipe
-        # The last fit's AdamW: made below from this recipe (not wrapped in a LossScaleOptimizer).
-        optimizer = self.optimizer
-        last = isinstance(optimizer, optimization.AdamW) and optimizer.recipe is recipe
-        if last and optimizer.restart(steps, recipe.warmup_steps(steps)):
-            return
+        optimizer = self.optimizer  # compile()'s or the last fit's, if not wrapped by Keras
+        if isinstance(optimizer, optimization.AdamW) and optimizer.recipe is recipe:
+            schedule = optimizer._learning_rate
+            if getattr(schedule, "_steps", True) is None and self.train_function is None:
+                with self.distribute_strategy.scope():
+                    schedule.make_restartable()  # no traced step has read its steps
+            if optimizer.restart(steps, recipe.warmup_steps(steps)):
+                return
         with self.distribute_strategy.scope():  # the one the model was made under, if any
             # Keras's compile: this class's would drop the recipe for the optimizer given.
             self._keras_compile(optimizer=recipe.optimizer(steps, each_fit=True),

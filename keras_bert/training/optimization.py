@@ -166,10 +166,9 @@ class AdamW(keras.optimizers.Adam):
         optimizer holds more state than that (a constant rate's variable, gradient
         accumulation, EMA) or its schedule is not restartable."""
         schedule = self._learning_rate
-        if (not self.built or not isinstance(schedule, WarmupLinearDecay)
-                or schedule._steps is None):  # fmt: skip
+        if not isinstance(schedule, WarmupLinearDecay) or schedule._steps is None:
             return False
-        own = [self.iterations, *self._momentums, *self._velocities]
+        own = [self.iterations, *(self._momentums + self._velocities if self.built else [])]
         if {id(v) for v in self.variables} != {id(v) for v in own}:
             return False
         for variable in own:
