@@ -2,6 +2,8 @@
 predict (keras_bert/training/batching.py and BertTask): validation_split, train_on_batch and
 test_on_batch, labels of either rank, and data that is no tensor."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -169,6 +171,20 @@ def test_data_that_is_no_tensor_is_refused_in_one_line(classifier, tiny_checkpoi
         batching.in_memory(SENTENCES[:2], [0, None])
     with pytest.raises(ValueError, match=r"model.h5: a task model saves as one .keras file"):
         classifier.save(str(tmp_path / "model.h5"))
+    # Saved without the extension, the file was written whole and keras.saving.load_model
+    # then refused it ("File format not supported"); the others named the temporary file.
+    (tmp_path / "folder.keras").mkdir()
+    for path, error, message in [
+        (tmp_path / "model", ValueError, r"model: a task model saves as one .keras file, and "
+                                         r"keras.saving.load_model reads it by that extension"),
+        (tmp_path / "folder.keras", IsADirectoryError, r"folder.keras is a folder; give the "
+                                                       r"path of a .keras file"),
+        (tmp_path / "missing" / "m.keras", FileNotFoundError,
+         r"m.keras: the folder .*missing does not exist \(or is not a folder\); make it first"),
+    ]:  # fmt: skip
+        with pytest.raises(error, match=message):
+            classifier.save(path)
+    assert sorted(os.listdir(tmp_path)) == ["folder.keras"]  # nothing written
 
 
 PASSAGE = "The Normans gave their name to Normandy, a region in France, in the 10th century."

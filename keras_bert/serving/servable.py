@@ -71,7 +71,9 @@ class ServableModel(keras.Model):
 
         The file is written under a temporary name beside `filepath`, then renamed onto it: a
         save that fails part way (a full disk) leaves the file that was there as it was. With
-        overwrite=False, an existing file is refused (FileExistsError)."""
+        overwrite=False, an existing file is refused (FileExistsError); so are a path that
+        does not end in `.keras` (ValueError), a folder (IsADirectoryError) and a path in a
+        folder that does not exist (FileNotFoundError)."""
         if str(filepath).endswith((".h5", ".hdf5")):
             raise ValueError(f"{filepath}: a task model saves as one .keras file (weights, "
                              "vocabulary and settings); HDF5 cannot hold its preprocessor. Use "
@@ -79,9 +81,18 @@ class ServableModel(keras.Model):
         if not isinstance(filepath, (str, os.PathLike)):
             return self._save(filepath, include_optimizer, **kwargs)
         filepath = os.fspath(filepath)
+        if not filepath.endswith(".keras"):  # Keras's load_model reads no other name
+            raise ValueError(f"{filepath}: a task model saves as one .keras file, and "
+                             "keras.saving.load_model reads it by that extension; end the "
+                             "path with .keras")  # fmt: skip
+        if os.path.isdir(filepath):
+            raise IsADirectoryError(f"{filepath} is a folder; give the path of a .keras file")
         if not overwrite and os.path.exists(filepath):
             raise FileExistsError(f"{filepath} exists; pass overwrite=True to replace it")
         folder, name = os.path.split(os.path.abspath(filepath))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"{filepath}: the folder {folder} does not exist (or is not "
+                                    "a folder); make it first")  # fmt: skip
         tmp = os.path.join(folder, f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex}.keras")
         try:
             self._save(tmp, include_optimizer, **kwargs)
