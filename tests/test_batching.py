@@ -175,10 +175,10 @@ def test_data_that_is_no_tensor_is_refused_in_one_line(classifier, tiny_checkpoi
     # then refused it ("File format not supported"); the others named the temporary file.
     (tmp_path / "folder.keras").mkdir()
     for path, error, message in [
-        (tmp_path / "model", ValueError, r"model: a task model saves as one .keras file, and "
-                                         r"keras.saving.load_model reads it by that extension"),
-        (tmp_path / "folder.keras", IsADirectoryError, r"folder.keras is a folder; give the "
-                                                       r"path of a .keras file"),
+        (tmp_path / "model", ValueError, (r"model: a task model saves as one .keras file, and "
+                                          r"keras.saving.load_model reads it by that extension")),
+        (tmp_path / "folder.keras", IsADirectoryError,
+         r"folder.keras is a folder; give the path of a .keras file"),
         (tmp_path / "missing" / "m.keras", FileNotFoundError,
          r"m.keras: the folder .*missing does not exist \(or is not a folder\); make it first"),
     ]:  # fmt: skip

@@ -174,6 +174,13 @@ def test_scored_pairs_train_with_cosent_and_need_their_scores(tiny_checkpoint):
     model.compile(loss=keras_bert.CoSENTLoss(), learning_rate=2e-3)
     with pytest.raises(ValueError, match="^fit needs targets"):
         model.fit((ANCHORS, POSITIVES), verbose=0)
+    # One list of texts failed mid-step with TensorFlow's "Must have at least one class".
+    for loss in (keras_bert.CoSENTLoss(), "auto"):
+        model.compile(loss=loss)
+        with pytest.raises(ValueError, match=r"^fit takes texts that go together: x as a tuple "
+                                             r"of lists .*; got one list of texts$"):  # fmt: skip
+            model.fit(ANCHORS, verbose=0)
+    model.compile(loss=keras_bert.CoSENTLoss(), learning_rate=2e-3)
     with pytest.raises(ValueError, match=r"^y must be finite numbers \(each pair's similarity"):
         model.fit((ANCHORS, POSITIVES), [1.0, np.nan, 0, 0, 0, 0], verbose=0)
     first, second = ANCHORS + ANCHORS, POSITIVES + POSITIVES[1:] + POSITIVES[:1]

@@ -8,6 +8,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from conftest import DATA, run_clean, served_in_clean_process
 
+import keras_bert
 from exports import export, hub_layout
 from keras_bert import serving
 from keras_bert.serving.tf_serving import LoadedLikeTfServing
@@ -312,6 +313,16 @@ def test_swag_export_takes_context_and_endings(tmp_path, tiny_checkpoint, flags_
     empty = tf.saved_model.load(path).signatures["serving_default"](
         context=tf.constant([], tf.string), endings=tf.zeros([0, 4], tf.string))
     assert empty["probabilities"].shape == (0, 4) and empty["label_id"].shape == (0,)
+
+
+def test_a_model_exported_onto_a_file_is_refused_in_one_line(tiny_checkpoint, tmp_path):
+    """It failed inside TensorFlow's file calls (FailedPreconditionError)."""
+    (tmp_path / "a_file").write_text("x")
+    model = keras_bert.BertClassifier.from_checkpoint(tiny_checkpoint, 2, sequence_length=16)
+    for path in (tmp_path / "a_file", tmp_path / "a_file" / "sub"):
+        with pytest.raises(NotADirectoryError, match=r"a_file is a file; an export is a folder "
+                                                     r"of versions: give a folder path$"):  # fmt: skip
+            model.export(str(path), allow_untrained_head=True)
 
 
 def test_an_export_dir_that_cannot_be_made_is_refused_before_loading(tmp_path):

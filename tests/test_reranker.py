@@ -79,6 +79,12 @@ def test_bad_relevances_and_candidate_lists_are_refused_in_one_line(trained, tin
         trained.rank(QUERIES[:2], [["a"], ["b", "c"]])
     with pytest.raises(ValueError, match=r"^give one list of candidates a query: 2 queries, 1"):
         trained.rank(QUERIES[:2], [["a"]])
+    # They failed with "len() of unsized object" from inside rank.
+    with pytest.raises(ValueError, match=r"^queries must be a list of strings \(\[query\] for "
+                                         r"one\), got a string$"):  # fmt: skip
+        trained.rank(QUERIES[0], [])
+    with pytest.raises(ValueError, match=r"^candidates must be a list of lists of strings"):
+        trained.rank(QUERIES[:1], ["a", "b"])
     single = keras_bert.BertPreprocessor.from_tokenizer(trained.preprocessor.tokenizer, 32)
     with pytest.raises(ValueError, match=r"^BertReranker reads \(query, candidate\) pairs"):
         keras_bert.BertReranker(trained.encoder, single)

@@ -153,6 +153,12 @@ def test_long_words_become_unknown():
     assert ids[1] == [TINY_VOCAB.index("[UNK]")]
 
 
+def test_a_checkpoint_that_is_not_there_is_named_as_missing(tmp_path):
+    # It was "<the folder above> has no vocab.txt".
+    with pytest.raises(FileNotFoundError, match=r"^checkpoint not found: .*nowhere$"):
+        BertTokenizer.from_checkpoint(str(tmp_path / "nowhere"))
+
+
 @pytest.mark.parametrize("missing", ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
 def test_vocab_without_a_special_token_is_refused(tmp_path, missing):
     path = write_vocab(tmp_path / "vocab.txt", [t for t in TINY_VOCAB if t != missing])

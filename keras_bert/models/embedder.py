@@ -101,6 +101,12 @@ class BertTextEmbedder(BertTask):
         return MultipleNegativesRankingLoss()
 
     def _require_targets(self, entry, x, y, name="x"):
+        # Both losses compare texts that go together: one list of texts gave in-batch
+        # negatives no positive, and TensorFlow's "Must have at least one class" mid-step.
+        if isinstance(x, (list, np.ndarray)) and np.asarray(x, dtype=object).ndim == 1:
+            raise ValueError(f"{entry} takes texts that go together: {name} as a tuple of lists "
+                             "(anchors, positives[, negatives]), or pairs with their scores as "
+                             "y for CoSENTLoss; got one list of texts")  # fmt: skip
         # In-batch negatives need no targets; scored pairs (CoSENT) do.
         if isinstance(self.loss, CoSENTLoss):
             super()._require_targets(entry, x, y, name=name)

@@ -76,8 +76,15 @@ class BertReranker(BertClassifier):
         Returns {"scores": float32 (queries, count), "order": int32 (queries, count)}, NumPy;
         `batch_size` pairs are scored at a time."""
         queries = np.asarray(queries, dtype=object)
+        if queries.ndim != 1:
+            raise ValueError("queries must be a list of strings ([query] for one), got "
+                             f"{'a string' if queries.ndim == 0 else f'shape {queries.shape}'}")
+        if isinstance(candidates, (str, bytes)) or any(isinstance(c, (str, bytes))
+                                                      for c in candidates):  # fmt: skip
+            raise ValueError("candidates must be a list of lists of strings, one list a query "
+                             "([[a, b, c]] for one query)")  # fmt: skip
         rows = [list(c) for c in candidates]
-        if queries.ndim != 1 or len(rows) != len(queries):
+        if len(rows) != len(queries):
             raise ValueError(f"give one list of candidates a query: {len(queries)} queries, "
                              f"{len(rows)} lists")  # fmt: skip
         if len({len(r) for r in rows}) > 1:

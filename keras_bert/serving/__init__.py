@@ -170,6 +170,12 @@ def save_versioned(module, signatures, model_dir, warmup=None, version=None, opt
     started at once into one `model_dir` end in two whole versions (without `version`, the
     later one takes the next free number; with it, the later one is refused)."""
     model_name = os.path.basename(os.path.normpath(model_dir))
+    above = os.path.abspath(model_dir)
+    while not os.path.exists(above):  # the first part of the path that exists
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise NotADirectoryError(f"{model_dir}: {above} is a file; an export is a folder of "
+                                 "versions: give a folder path")  # fmt: skip
     explicit = version is not None
     if explicit:
         version = whole_number(version, 1, "version", " (TF Serving serves the largest)")

@@ -4,6 +4,7 @@ It imports only keras_bert.text.textfiles (a leaf), so the tokenizer and the che
 build on it.
 """
 
+import glob
 import json
 import logging
 import os
@@ -58,6 +59,8 @@ def find_vocabulary(path, do_lower_case=None):
     otherwise inferred: a vocabulary without upper-case letters is an uncased one.
     """
     folder = checkpoint_folder(path)
+    if not os.path.isdir(path) and not glob.glob(glob.escape(path) + "*"):  # nor a prefix
+        raise FileNotFoundError(f"checkpoint not found: {path}")
     vocab_file = os.path.join(folder, "vocab.txt")
     if not os.path.isfile(vocab_file):
         raise FileNotFoundError(f"{folder} has no vocab.txt")
