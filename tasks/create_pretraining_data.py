@@ -34,7 +34,7 @@ from keras_bert.text import textfiles
 from keras_bert.text.tokenizer import BertTokenizer
 from keras_bert.text.vocabulary import check_lower_casing
 from keras_bert.training import pretraining
-from tasks import check_at_least_one, check_seed, pretraining_text, run_main
+from tasks import check_at_least_one, check_seed, pretraining_records, pretraining_text, run_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input_file", None, "Comma-separated input files or globs.")
@@ -92,7 +92,7 @@ def to_example(instance, max_seq_length, max_predictions):
 def write_shards(instances, prefix, num_shards, max_seq_length, max_predictions):
     folder = os.path.dirname(prefix) or "."
     os.makedirs(folder, exist_ok=True)
-    paths = [f"{prefix}-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
+    paths = [pretraining_records.shard_path(prefix, i, num_shards) for i in range(num_shards)]
     # Instance k goes to shard k % num_shards; one shard open at a time (all at once, 100,000
     # shards ran out of file handles).
     for shard, path in enumerate(paths):
@@ -181,6 +181,12 @@ def main(argv):
                              f"{os.path.join(FLAGS.output_file, 'pretrain')}")  # fmt: skip
     textfiles.make_folder(os.path.dirname(os.path.abspath(FLAGS.output_file)),
                           f"--output_file={FLAGS.output_file}")  # fmt: skip
+    others = pretraining_records.other_shards(FLAGS.output_file, FLAGS.num_output_shards)
+    if others:  # a glob of the prefix would read both runs' shards as one data set
+        raise app.UsageError(f"--output_file={FLAGS.output_file}: {others[0]} is a shard of an "
+                             "earlier run with this prefix and another --num_output_shards, "
+                             "which pre-training would read beside this run's: remove that "
+                             "run's shards, or pass another prefix")  # fmt: skip
     files = pretraining_text.input_files(FLAGS.input_file)
     tokenizer = _tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)  # a bad vocabulary fails here
     check_lower_casing(tokenizer.vocabulary, FLAGS.do_lower_case, FLAGS.vocab_file)

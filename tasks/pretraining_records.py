@@ -1,7 +1,11 @@
 """Reading the records tasks.create_pretraining_data writes (the original's schema) as the
 pretrainer's batches: each record's features, their shapes, and the model's inputs."""
 
+import glob
+import re
+
 import tensorflow as tf
+from absl import logging
 
 FEATURES = {
     "input_ids": "input_word_ids",
@@ -44,10 +48,47 @@ def record_dataset(files, seq_length, predictions):
     return dataset.repeat().map(lambda record: tf.io.parse_single_example(record, spec))
 
 
+# The shards tasks.create_pretraining_data writes: <prefix>-<index>-of-<count>.tfrecord.
+SHARD = re.compile(r"^(.*)-(\d{5})-of-(\d{5})\.tfrecord$")
+
+
+def shard_path(prefix, index, count):
+    return f"{prefix}-{index:05d}-of-{count:05d}.tfrecord"
+
+
+def other_shards(prefix, count):
+    """The shards beside `prefix` of another count than `count`: an earlier run's."""
+    return sorted(path for path in glob.glob(glob.escape(prefix) + "-*-of-*.tfrecord")
+                  if (m := SHARD.match(path)) and m.group(1) == prefix
+                  and int(m.group(3)) != count)  # fmt: skip
+
+
+def check_shard_sets(files):
+    """Refuses `files` that hold shards of two runs with one prefix (of different counts),
+    which pre-training would read as one data set; warns of a set read in part."""
+    sets = {}
+    for path in files:
+        m = SHARD.match(path)
+        if m:
+            sets.setdefault(m.group(1), {}).setdefault(int(m.group(3)), set()).add(int(m.group(2)))
+    for prefix, counts in sorted(sets.items()):
+        if len(counts) > 1:
+            first, second = sorted(counts)[:2]
+            raise ValueError(f"{shard_path(prefix, min(counts[first]), first)} and "
+                             f"{shard_path(prefix, min(counts[second]), second)} are shards of two "
+                             "runs of tasks.create_pretraining_data with one prefix: pass the "
+                             "files of one run (remove the other's)")  # fmt: skip
+        [(count, indices)] = counts.items()
+        if len(indices) < count:
+            logging.warning("reading %d of the %d shards of %s", len(indices), count, prefix)
+
+
 def record_shape(files):
     """(sequence length, predictions) of the instances in record `files`, from each file's first
     record: a file that is not a TFRecord file, holds no instances, or was made with other
-    settings than the first is refused before anything trains."""
+    settings than the first is refused before anything trains, as are shards of two runs
+    (check_shard_sets)."""
+    check_shard_sets(files)
     shapes = {}
     for path in files:
         try:

@@ -194,6 +194,12 @@ def test_scored_pairs_train_with_cosent_and_need_their_scores(tiny_checkpoint):
     assert cosines[:6].min() > cosines[6:].max()  # the scored order, learnt
 
 
+def test_normalize_is_true_or_false(tiny_checkpoint):
+    # "no" was taken as True: the vectors came out normalised.
+    with pytest.raises(TypeError, match=r"^normalize must be True or False, got 'no'$"):
+        keras_bert.BertTextEmbedder.from_checkpoint(tiny_checkpoint, normalize="no")
+
+
 def test_texts_of_an_example_come_in_lists_of_one_length(embedder):
     with pytest.raises(ValueError, match=r"^the example's texts come in lists of \[2, 3\]"):
         embedder.preprocessor((["a", "b"], ["c", "d", "e"]))

@@ -171,6 +171,20 @@ def test_record_files_that_do_not_fit_are_refused_before_training(tmp_path, pret
         pretraining_records.record_shape([good[0], str(text)])
 
 
+def test_shards_of_two_runs_are_refused_and_a_set_read_in_part_is_named(caplog):
+    """The names alone decide (no file is read): a glob over one prefix that matched an earlier
+    run's shards of another count read both runs as one data set, without a word."""
+    with pytest.raises(ValueError, match=r"^d/t-00000-of-00001.tfrecord and d/t-00001-of-00002."
+                                         r"tfrecord are shards of two runs"):  # fmt: skip
+        pretraining_records.check_shard_sets(["d/t-00000-of-00001.tfrecord",
+                                              "d/t-00001-of-00002.tfrecord"])  # fmt: skip
+    pretraining_records.check_shard_sets([f"d/t-{i:05d}-of-00003.tfrecord" for i in range(3)]
+                                         + ["e/t-00000-of-00001.tfrecord", "other.tfrecord"])
+    assert "of the" not in caplog.text
+    pretraining_records.check_shard_sets(["d/t-00000-of-00004.tfrecord"])
+    assert "reading 1 of the 4 shards of d/t" in caplog.text
+
+
 @pytest.mark.slow
 def test_killed_pretraining_resumes(tmp_path, pretraining_data):
     command = pretrain_command(pretraining_data, tmp_path, "--num_train_steps=60",

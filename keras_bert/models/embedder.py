@@ -55,6 +55,8 @@ class BertTextEmbedder(BertTask):
     trains_pooler = False  # "cls" pooling reads the first token's vector, not the pooler
 
     def __init__(self, encoder, preprocessor, pooling="mean", normalize=True, **kwargs):
+        if not isinstance(normalize, (bool, np.bool_)):  # bool("no") is True
+            raise TypeError(f"normalize must be True or False, got {normalize!r}")
         # === Layers ===
         vectors = SentenceVectors(pooling, normalize, dtype="float32", name="pooling")
         # === Graph ===
