@@ -44,7 +44,7 @@ from keras_bert.model.config import BertConfig
 from keras_bert.model.encoder import BertEncoder
 from keras_bert.model.heads import MaskedLMHead, NextSentenceHead
 from keras_bert.text.vocabulary import checkpoint_folder as _folder
-from keras_bert.text.vocabulary import find_vocabulary, read_vocabulary
+from keras_bert.text.vocabulary import find_vocabulary, read_vocabulary, require_checkpoint
 from keras_bert.text.vocabulary import read_json as _read_json
 
 # Training state that Google checkpoints may carry and a model does not need.
@@ -81,9 +81,8 @@ def _heads_for(encoder, names, masked_lm_prefix, next_sentence_prefix):
 
 def detect_format(path):
     """Returns (format, folder) for a checkpoint folder, or a Google checkpoint prefix."""
+    require_checkpoint(path)
     folder = _folder(path)
-    if not os.path.exists(path) and not glob.glob(path + ".index"):
-        raise FileNotFoundError(f"checkpoint not found: {path}")
     if os.path.isfile(os.path.join(folder, "keras_bert.json")):
         return KERAS, folder
     if os.path.isfile(os.path.join(folder, "model.keras")):

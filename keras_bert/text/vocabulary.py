@@ -4,7 +4,6 @@ It imports only keras_bert.text.textfiles (a leaf), so the tokenizer and the che
 build on it.
 """
 
-import glob
 import json
 import logging
 import os
@@ -43,6 +42,13 @@ def checkpoint_folder(path):
     return path if os.path.isdir(path) else os.path.dirname(path)
 
 
+def require_checkpoint(path):
+    """Raises FileNotFoundError ("checkpoint not found: PATH") unless `path` is a file, a
+    folder or a Google checkpoint prefix (PATH.index is a file)."""
+    if not os.path.exists(path) and not os.path.isfile(path + ".index"):
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+
+
 def read_json(path):
     """A JSON file's value; a file that is not JSON is refused with the line of the fault."""
     text = read_text(path, "JSON file")
@@ -58,9 +64,8 @@ def find_vocabulary(path, do_lower_case=None):
     Unless given, lower-casing is read from tokenizer_config.json or keras_bert.json, and
     otherwise inferred: a vocabulary without upper-case letters is an uncased one.
     """
+    require_checkpoint(path)
     folder = checkpoint_folder(path)
-    if not os.path.isdir(path) and not glob.glob(glob.escape(path) + "*"):  # nor a prefix
-        raise FileNotFoundError(f"checkpoint not found: {path}")
     vocab_file = os.path.join(folder, "vocab.txt")
     if not os.path.isfile(vocab_file):
         raise FileNotFoundError(f"{folder} has no vocab.txt")
