@@ -315,6 +315,39 @@ def test_a_second_fit_restarts_the_recipe_in_the_steps_already_traced(tiny_check
     assert restarted.optimizer.get_config()["learning_rate"]["config"]["total_steps"] == 2
 
 
+def test_fit_makes_one_iterator_and_each_epoch_is_one_whole_pass(classifier, monkeypatch):
+    """Told a dataset's length, Keras's loop made an iterator at each epoch's (and each
+    evaluation's) start and end, each instantiating the preprocessing graph again: fit and
+    evaluate hand it the dataset repeated, with its steps, so it makes one for fit's epochs and
+    one an evaluation; an epoch is still one pass, a short last batch included."""
+    made = []
+    iterate = tf.data.Dataset.__iter__
+    monkeypatch.setattr(tf.data.Dataset, "__iter__",
+                        lambda dataset: made.append(dataset) or iterate(dataset))  # fmt: skip
+
+    sizes = []  # batches trained, an epoch
+
+    class Batches(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            sizes.append(0)
+
+        def on_train_batch_end(self, batch, logs=None):
+            sizes[-1] += 1
+
+    texts, labels = SENTENCES + ["fine"], LABELS + [1]  # batches of 2, 2 and 1
+    classifier.compile()
+    history = classifier.fit(texts, labels, batch_size=2, epochs=3, shuffle=False, verbose=0,
+                             validation_data=(texts, labels), callbacks=[Batches()])  # fmt: skip
+    assert sizes == [3, 3, 3] and int(classifier.optimizer.iterations) == 9
+    assert len(made) == 1 + 3  # fit's, and one for each epoch's validation
+    made.clear()
+    evaluated = classifier.evaluate(texts, labels, batch_size=2, verbose=0, return_dict=True)
+    assert len(made) == 1
+    # The evaluation after the last epoch saw the same weights and the same one pass.
+    assert evaluated["loss"] == pytest.approx(history.history["val_loss"][-1], rel=1e-6)
+    assert evaluated["accuracy"] == history.history["val_accuracy"][-1]
+
+
 def test_a_model_with_weights_stored_for_inference_refuses_to_train(classifier):
     """with_precision(..., for_inference=True) stores bfloat16 weights; its fit failed with
     TensorFlow's "Input 'y' of 'Mul' Op has type float32 that does not match type bfloat16"."""

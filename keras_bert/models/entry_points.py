@@ -35,10 +35,8 @@ class RawDataEntryPoints:
                                     seed=seed)  # fmt: skip
         if steps_per_epoch is None:
             # Keras needs to know an epoch; windows of SQuAD passages, say, are counted once.
-            dataset = dataset.apply(tf.data.experimental.assert_cardinality(
-                batching.count_steps(dataset)))  # fmt: skip
-        steps = (steps_per_epoch or int(dataset.cardinality())) * (
-            epochs - kwargs.get("initial_epoch", 0))  # fmt: skip
+            dataset, steps_per_epoch = self._one_iterator(dataset, batching.count_steps(dataset))
+        steps = steps_per_epoch * (epochs - kwargs.get("initial_epoch", 0))
         self._follow_recipe(steps)
         optimization.check_schedule_covers(self.optimizer, steps)
         if validation is not None:
@@ -46,6 +44,9 @@ class RawDataEntryPoints:
                 validation = self.make_dataset(*validation, batch_size=batch_size)
             except ValueError as error:  # else "y[0] is 5" reads as a mistake in fit's own y
                 raise ValueError(f"validation_data: {error}") from None
+            if kwargs.get("validation_steps") is None and validation.cardinality() > 0:
+                validation, kwargs["validation_steps"] = self._one_iterator(
+                    validation, int(validation.cardinality()))  # fmt: skip
         self._build_before_tracing(dataset)
         return super().fit(dataset, epochs=epochs, validation_data=validation,
                            steps_per_epoch=steps_per_epoch, shuffle=False, **kwargs)  # fmt: skip
@@ -58,6 +59,8 @@ class RawDataEntryPoints:
         self._require_targets("evaluate", x, y)
         self._compile_if_not()
         dataset = self.make_dataset(x, y, sample_weight, batch_size)
+        if kwargs.get("steps") is None and dataset.cardinality() > 0:
+            dataset, kwargs["steps"] = self._one_iterator(dataset, int(dataset.cardinality()))
         self._build_before_tracing(dataset)
         with warnings.catch_warnings():
             # Keras warns "Your input ran out of data; interrupting training" at the end of a
@@ -203,6 +206,19 @@ class RawDataEntryPoints:
         data = self._in_memory(x, y, sample_weight)
         parts = data[:1] if y is None else data[:2] if sample_weight is None else data
         return keras.utils.unpack_x_y_sample_weight(self.traced(self._preprocess_element)(parts))
+
+    def _one_iterator(self, dataset, steps):
+        """(dataset, steps) to hand Keras's loop a dataset of `steps` batches a pass: repeated,
+        with `steps` as its steps a pass, where the steps a call divide them.
+
+        Told a dataset's length, Keras makes an iterator at the start of each epoch (and each
+        evaluation) and another at its end, which the next start replaces; each instantiates
+        the preprocessing graph and starts prefetching. Over a repeated dataset told its steps,
+        it makes one for all of fit's epochs, each a whole pass, and one an evaluation. A call
+        of several steps could run into the next pass: there the dataset is left as it is."""
+        if steps % self.steps_per_execution:
+            return dataset.apply(tf.data.experimental.assert_cardinality(steps)), steps
+        return dataset.repeat(), steps
 
     def _preprocesses_in_step(self):
         """Whether `predict` hands raw strings to the predict step (no strategy, no XLA)."""
