@@ -343,6 +343,8 @@ def test_fit_makes_one_iterator_and_each_epoch_is_one_whole_pass(classifier, mon
     made.clear()
     evaluated = classifier.evaluate(texts, labels, batch_size=2, verbose=0, return_dict=True)
     assert len(made) == 1
+    made.clear()
+    assert classifier.predict(texts, batch_size=2, verbose=0).shape == (5, 2) and len(made) == 1
     # The evaluation after the last epoch saw the same weights and the same one pass.
     assert evaluated["loss"] == pytest.approx(history.history["val_loss"][-1], rel=1e-6)
     assert evaluated["accuracy"] == history.history["val_accuracy"][-1]

@@ -79,9 +79,13 @@ class RawDataEntryPoints:
         strings)."""
         # Keras's predict takes no strings in memory.
         if self._preprocesses_in_step():
-            return super().predict(self.batched(x, batch_size=batch_size), **kwargs)
-        distribute.device_datasets_without_autotuning()
-        return super().predict(self.make_dataset(x, batch_size=batch_size), **kwargs)
+            dataset = self.batched(x, batch_size=batch_size)
+        else:
+            distribute.device_datasets_without_autotuning()
+            dataset = self.make_dataset(x, batch_size=batch_size)
+        if kwargs.get("steps") is None and dataset.cardinality() > 0:
+            dataset, kwargs["steps"] = self._one_iterator(dataset, int(dataset.cardinality()))
+        return super().predict(dataset, **kwargs)
 
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None,
                        return_dict=False):  # fmt: skip
@@ -212,10 +216,11 @@ class RawDataEntryPoints:
         with `steps` as its steps a pass, where the steps a call divide them.
 
         Told a dataset's length, Keras makes an iterator at the start of each epoch (and each
-        evaluation) and another at its end, which the next start replaces; each instantiates
-        the preprocessing graph and starts prefetching. Over a repeated dataset told its steps,
-        it makes one for all of fit's epochs, each a whole pass, and one an evaluation. A call
-        of several steps could run into the next pass: there the dataset is left as it is."""
+        evaluation and prediction) and another at its end, which the next start replaces; each
+        instantiates the preprocessing graph and starts prefetching. Over a repeated dataset
+        told its steps, it makes one for all of fit's epochs, each a whole pass, and one an
+        evaluation or prediction. A call of several steps could run into the next pass: there
+        the dataset is left as it is."""
         if steps % self.steps_per_execution:
             return dataset.apply(tf.data.experimental.assert_cardinality(steps)), steps
         return dataset.repeat(), steps
