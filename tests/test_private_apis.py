@@ -68,3 +68,16 @@ def test_tensorflow_concrete_function_call_of_the_string_graphs():
     graph = tf.function(lambda x: x + 1).get_concrete_function(tf.TensorSpec((), tf.int32))
     flat = [tf.constant(1)] + list(graph.captured_inputs)
     assert graph.inference_fn.call_preflattened(flat).numpy() == 2
+
+
+def test_tensorflow_text_wordpiece_model_builder_of_the_cached_models():
+    # keras_bert/text/tokenizer.py: wordpiece_model builds the model that BertTokenizer hands
+    # FastWordpieceTokenizer, with its arguments by position.
+    import tensorflow_text as tf_text
+    from tensorflow_text.core.pybinds import pywrap_fast_wordpiece_tokenizer_model_builder as b
+
+    vocabulary = ["[UNK]", "the", "##s"]
+    model = b.build_fast_wordpiece_model(vocabulary, 100, "##", "[UNK]", False, False)
+    tokenizer = tf_text.FastWordpieceTokenizer(model_buffer=tf.constant(list(model), tf.uint8),
+                                               token_out_type=tf.int32)  # fmt: skip
+    assert tokenizer.tokenize(tf.constant(["thes cat"])).to_list() == [[1, 2, 0]]

@@ -12,7 +12,7 @@ from conftest import DATA, TINY_VOCAB, write_vocab
 
 from keras_bert import serving
 from keras_bert.text.packer import BertPacker
-from keras_bert.text.tokenizer import BertTokenizer
+from keras_bert.text.tokenizer import BertTokenizer, wordpiece_model
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +151,18 @@ def test_long_words_become_unknown():
     ids = tokenizer(tf.constant(["the" + "s" * 97, "the" + "s" * 98])).to_list()
     assert [TINY_VOCAB[i] for i in ids[0]][:2] == ["the", "##s"]
     assert ids[1] == [TINY_VOCAB.index("[UNK]")]
+
+
+def test_tokenizers_of_one_vocabulary_share_one_wordpiece_model(minilm_dir):
+    """Building the WordPiece model is most of the work of making a tokenizer: a second one of
+    the same vocabulary (a model loaded, an export's copy) takes the first one's."""
+    wordpiece_model.cache_clear()
+    first, second = (BertTokenizer.from_checkpoint(minilm_dir) for _ in range(2))
+    assert wordpiece_model.cache_info()[:2] == (1, 1)  # hits, misses
+    texts = tf.constant(["Hello, wonderful world!", "an unaffable " + "x" * 120])
+    assert first(texts).to_list() == second(texts).to_list()
+    BertTokenizer(TINY_VOCAB)
+    assert wordpiece_model.cache_info()[:2] == (1, 2)
 
 
 def test_a_checkpoint_that_is_not_there_is_named_as_missing(tmp_path):

@@ -5,11 +5,14 @@ core TensorFlow plus `NormalizeUTF8` and `FastWordpieceTokenizeWithOffsets` from
 tensorflow-text, which TF Serving 2.12 and later carry. The packer is keras_bert/text/packer.py.
 """
 
+import functools
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
+from tensorflow_text.core.pybinds import pywrap_fast_wordpiece_tokenizer_model_builder
 
 from keras_bert.text.text_cleaning import all_printable_ascii, clean, clean_characters, valid_utf8
 from keras_bert.text.vocabulary import check_vocabulary, find_vocabulary, read_vocabulary
@@ -19,6 +22,17 @@ from keras_bert.text.vocabulary import check_vocabulary, find_vocabulary, read_v
 MAX_BYTES_PER_WORD = 100
 
 _SERIALIZABLE = keras.saving.register_keras_serializable(package="keras_bert")
+
+
+@functools.lru_cache(maxsize=4)
+def wordpiece_model(vocabulary):
+    """tensorflow-text's FastWordpieceTokenizer model, flatbuffer bytes, for a tuple of tokens:
+    BERT's settings ("##" suffixes, [UNK], MAX_BYTES_PER_WORD, splitting on whitespace and
+    punctuation). Cached for the process's last four vocabularies: building it is most of the
+    work of making a tokenizer, which every model made, loaded or copied for an export does.
+    BertTokenizer hands it to tensorflow-text as a tensor (bytes go through a Python list)."""
+    return pywrap_fast_wordpiece_tokenizer_model_builder.build_fast_wordpiece_model(
+        list(vocabulary), MAX_BYTES_PER_WORD, "##", "[UNK]", False, False)
 
 
 def _to_character_offsets(byte_offsets, byte_ends, side):
@@ -64,7 +78,7 @@ class BertTokenizer(keras.layers.Layer):
         self._allow_non_tensor_positional_args = True
         self.supports_jit = False  # string ops: XLA compiles none (see packing.TokenLayout)
         self.do_lower_case = do_lower_case
-        self.vocabulary = None
+        object.__setattr__(self, "vocabulary", None)
         if vocabulary is not None:  # None: a saved model's, read by load_assets()
             self.set_vocabulary(vocabulary)
         self.built = True
@@ -77,17 +91,12 @@ class BertTokenizer(keras.layers.Layer):
         else:
             source, vocabulary = "vocabulary", list(vocabulary)
         check_vocabulary(vocabulary, source)
-        self.vocabulary = vocabulary
-        self._token_ids = {token: i for i, token in enumerate(vocabulary)}
-        self._wordpiece = tf_text.FastWordpieceTokenizer(
-            vocabulary,
-            suffix_indicator="##",
-            max_bytes_per_word=MAX_BYTES_PER_WORD,
-            token_out_type=tf.int32,
-            unknown_token="[UNK]",
-            no_pretokenization=False,
-            support_detokenization=False,
-        )
+        # Plain attributes: Keras's attribute tracking would wrap both, walking every token.
+        object.__setattr__(self, "vocabulary", vocabulary)
+        object.__setattr__(self, "_token_ids", {token: i for i, token in enumerate(vocabulary)})
+        model = np.frombuffer(wordpiece_model(tuple(vocabulary)), np.uint8)
+        self._wordpiece = tf_text.FastWordpieceTokenizer(model_buffer=tf.constant(model),
+                                                         token_out_type=tf.int32)  # fmt: skip
 
     # The vocabulary travels as an asset (vocab.txt inside a .keras file), not in the config.
     def save_assets(self, dir_path):
