@@ -44,9 +44,8 @@ class RawDataEntryPoints:
                 validation = self.make_dataset(*validation, batch_size=batch_size)
             except ValueError as error:  # else "y[0] is 5" reads as a mistake in fit's own y
                 raise ValueError(f"validation_data: {error}") from None
-            if kwargs.get("validation_steps") is None and validation.cardinality() > 0:
-                validation, kwargs["validation_steps"] = self._one_iterator(
-                    validation, int(validation.cardinality()))  # fmt: skip
+            validation, kwargs["validation_steps"] = self._one_iterator_unless_told(
+                validation, kwargs.get("validation_steps"))  # fmt: skip
         self._build_before_tracing(dataset)
         return super().fit(dataset, epochs=epochs, validation_data=validation,
                            steps_per_epoch=steps_per_epoch, shuffle=False, **kwargs)  # fmt: skip
@@ -59,8 +58,7 @@ class RawDataEntryPoints:
         self._require_targets("evaluate", x, y)
         self._compile_if_not()
         dataset = self.make_dataset(x, y, sample_weight, batch_size)
-        if kwargs.get("steps") is None and dataset.cardinality() > 0:
-            dataset, kwargs["steps"] = self._one_iterator(dataset, int(dataset.cardinality()))
+        dataset, kwargs["steps"] = self._one_iterator_unless_told(dataset, kwargs.get("steps"))
         self._build_before_tracing(dataset)
         with warnings.catch_warnings():
             # Keras warns "Your input ran out of data; interrupting training" at the end of a
@@ -83,8 +81,7 @@ class RawDataEntryPoints:
         else:
             distribute.device_datasets_without_autotuning()
             dataset = self.make_dataset(x, batch_size=batch_size)
-        if kwargs.get("steps") is None and dataset.cardinality() > 0:
-            dataset, kwargs["steps"] = self._one_iterator(dataset, int(dataset.cardinality()))
+        dataset, kwargs["steps"] = self._one_iterator_unless_told(dataset, kwargs.get("steps"))
         return super().predict(dataset, **kwargs)
 
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None,
@@ -213,7 +210,7 @@ class RawDataEntryPoints:
 
     def _one_iterator(self, dataset, steps):
         """(dataset, steps) to hand Keras's loop a dataset of `steps` batches a pass: repeated,
-        with `steps` as its steps a pass, where the steps a call divide them.
+        with `steps` as its steps a pass, where the steps of one call divide them.
 
         Told a dataset's length, Keras makes an iterator at the start of each epoch (and each
         evaluation and prediction) and another at its end, which the next start replaces; each
@@ -224,6 +221,13 @@ class RawDataEntryPoints:
         if steps % self.steps_per_execution:
             return dataset.apply(tf.data.experimental.assert_cardinality(steps)), steps
         return dataset.repeat(), steps
+
+    def _one_iterator_unless_told(self, dataset, steps):
+        """`_one_iterator` over one pass of a dataset whose length tf.data knows, where the
+        caller gave no `steps`; else (dataset, steps) as they are."""
+        if steps is not None or dataset.cardinality() <= 0:
+            return dataset, steps
+        return self._one_iterator(dataset, int(dataset.cardinality()))
 
     def _preprocesses_in_step(self):
         """Whether `predict` hands raw strings to the predict step (no strategy, no XLA)."""
