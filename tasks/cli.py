@@ -1,5 +1,5 @@
-"""What every binary shares at its command line: its one-line errors and Ctrl-C (`run_main`),
-the default checkpoint, and checks of flag values."""
+"""What every binary shares at its command line: its one-line errors, Ctrl-C and SIGTERM
+(`run_main`), the default checkpoint, and checks of flag values."""
 
 
 def default_checkpoint(flag="--init_checkpoint"):
@@ -53,11 +53,21 @@ def check_seed(name):
 
 
 class Interrupted(Exception):
-    """Ctrl-C (SIGINT) during work that the same command goes on with; the message says how."""
+    """Ctrl-C (SIGINT) or SIGTERM during work that the same command goes on with; the message
+    says how."""
 
 
-# The exit status of a process ended by Ctrl-C, as shells report it (128 + SIGINT).
+# The exit status of a process ended by Ctrl-C, as shells report it (128 + SIGINT); SIGTERM's
+# is 128 + SIGTERM (143).
 INTERRUPTED_STATUS = 130
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, as Ctrl-C raises KeyboardInterrupt."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
 
 
 def run_main(main):
@@ -65,7 +75,10 @@ def run_main(main):
     errors below) prints one line, `error: <what is wrong and what to do>`, and exits 1.
     --verbose_errors shows the traceback as well. Anything else is a bug and keeps its traceback.
     Ctrl-C prints one line, `interrupted: <what the same command will do>`, and exits 130.
+    SIGTERM (what `kill`, `timeout`, job schedulers and container runtimes send to stop a job)
+    stops it the same way: `terminated: <what the same command will do>`, exit status 143.
     """
+    import signal
     import sys
 
     import tensorflow as tf
@@ -96,7 +109,9 @@ def run_main(main):
                 raise
             advice = str(e) if isinstance(e, Interrupted) else (
                 "every file written so far is whole; run the same command again to start over")
-            print(f"interrupted: {advice}", file=sys.stderr)
-            sys.exit(INTERRUPTED_STATUS)
+            terminated = isinstance(e, _Terminated) or isinstance(e.__context__, _Terminated)
+            print(f"{'terminated' if terminated else 'interrupted'}: {advice}", file=sys.stderr)
+            sys.exit(128 + signal.SIGTERM if terminated else INTERRUPTED_STATUS)
 
+    signal.signal(signal.SIGTERM, _raise_terminated)
     app.run(main_reporting_mistakes)

@@ -96,12 +96,17 @@ def write_shards(instances, prefix, num_shards, max_seq_length, max_predictions)
     # Instance k goes to shard k % num_shards; one shard open at a time (all at once, 100,000
     # shards ran out of file handles).
     for shard, path in enumerate(paths):
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with tf.io.TFRecordWriter(tmp) as writer:
-            for instance in instances[shard::num_shards]:
-                example = to_example(instance, max_seq_length, max_predictions)
-                writer.write(example.SerializeToString(deterministic=True))
-        os.replace(tmp, path)
+        tmp = f"{path}.tmp-{os.getpid()}"  # pretraining_records.UNFINISHED
+        try:
+            with tf.io.TFRecordWriter(tmp) as writer:
+                for instance in instances[shard::num_shards]:
+                    example = to_example(instance, max_seq_length, max_predictions)
+                    writer.write(example.SerializeToString(deterministic=True))
+            os.replace(tmp, path)
+        except BaseException:  # Ctrl-C, SIGTERM, a full disk: no half-written shard stays
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
     return paths
 
 
@@ -187,6 +192,9 @@ def main(argv):
                              "earlier run with this prefix and another --num_output_shards, "
                              "which pre-training would read beside this run's: remove that "
                              "run's shards, or pass another prefix")  # fmt: skip
+    for stale in pretraining_records.unfinished_shards(FLAGS.output_file):
+        logging.info("removing %s, a shard a killed run left half written", stale)
+        os.remove(stale)
     files = pretraining_text.input_files(FLAGS.input_file)
     tokenizer = _tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)  # a bad vocabulary fails here
     check_lower_casing(tokenizer.vocabulary, FLAGS.do_lower_case, FLAGS.vocab_file)

@@ -34,7 +34,7 @@ from absl import app, flags, logging
 from keras_bert import BertTextEmbedder, checkpoints
 from keras_bert.models.pretrained import check_sequence_length, load_pretrained
 from keras_bert.text import textfiles
-from tasks import check_at_least_one, default_checkpoint, progress, run_main, runs
+from tasks import Interrupted, check_at_least_one, default_checkpoint, progress, run_main, runs
 from tasks.extractors import Extractor, SentenceExtractor, jsonl_record, text_vector
 
 FLAGS = flags.FLAGS
@@ -150,13 +150,18 @@ def resume_state(output_file, wanted):
 def write_npy(raw_path, output_file, count, width):
     """The float32 rows of `raw_path` as a .npy file, written under a temporary name first."""
     tmp = f"{output_file}.tmp-{os.getpid()}.npy"
-    rows = np.memmap(raw_path, dtype=np.float32, mode="r", shape=(count, width)) if count else None
-    out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(count, width))
-    for start in range(0, count, 65536):
-        out[start : start + 65536] = rows[start : start + 65536]
-    out.flush()
-    del out, rows
-    os.replace(tmp, output_file)
+    try:
+        rows = (np.memmap(raw_path, dtype=np.float32, mode="r", shape=(count, width))
+                if count else None)  # fmt: skip
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(count, width))
+        for start in range(0, count, 65536):
+            out[start : start + 65536] = rows[start : start + 65536]
+        out.flush()
+        del out, rows
+        os.replace(tmp, output_file)
+    finally:
+        if os.path.exists(tmp):  # stopped or failed part way: as large as the features
+            os.remove(tmp)
 
 
 def check_flags():
@@ -254,18 +259,22 @@ def main(argv):
         extractor = Extractor(encoder, tokenizer, FLAGS.max_seq_length, layers)
     if done:
         logging.info("continuing a stopped run: %d of %d texts were written", done, total)
-    truncated, speed = extract(extractor, total, done, keep, wanted)
+    partial = FLAGS.output_file + ".partial"
+    try:
+        truncated, speed = extract(extractor, total, done, keep, wanted)
+        if FLAGS.output_format == "npy":
+            width = (4 if FLAGS.pooling == "concat_last4" else 1) * config.hidden_size
+            write_npy(partial, FLAGS.output_file, total, width)
+            os.remove(partial)
+        else:
+            os.replace(partial, FLAGS.output_file)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (run_main)
+        raise Interrupted(f"run the same command again to go on after the last batch written "
+                          f"to {partial}") from None  # fmt: skip
+    os.remove(FLAGS.output_file + ".progress.json")
     if truncated:
         logging.warning("%d texts were longer than --max_seq_length=%d tokens and were cut",
                         truncated, extractor.sequence_length)  # fmt: skip
-    partial = FLAGS.output_file + ".partial"
-    if FLAGS.output_format == "npy":
-        width = (4 if FLAGS.pooling == "concat_last4" else 1) * config.hidden_size
-        write_npy(partial, FLAGS.output_file, total, width)
-        os.remove(partial)
-    else:
-        os.replace(partial, FLAGS.output_file)
-    os.remove(FLAGS.output_file + ".progress.json")
     logging.info("wrote %s (%d texts, %.0f tokens/s)", FLAGS.output_file, total, speed)
 
 

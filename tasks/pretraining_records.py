@@ -2,6 +2,7 @@
 pretrainer's batches: each record's features, their shapes, and the model's inputs."""
 
 import glob
+import os
 import re
 
 import tensorflow as tf
@@ -48,8 +49,10 @@ def record_dataset(files, seq_length, predictions):
     return dataset.repeat().map(lambda record: tf.io.parse_single_example(record, spec))
 
 
-# The shards tasks.create_pretraining_data writes: <prefix>-<index>-of-<count>.tfrecord.
+# The shards tasks.create_pretraining_data writes: <prefix>-<index>-of-<count>.tfrecord, each
+# first as <shard>.tmp-<process id> (UNFINISHED), renamed into place when whole.
 SHARD = re.compile(r"^(.*)-(\d{5})-of-(\d{5})\.tfrecord$")
+UNFINISHED = re.compile(r"^(.*-\d{5}-of-\d{5}\.tfrecord)\.tmp-(\d+)$")
 
 
 def shard_path(prefix, index, count):
@@ -63,11 +66,38 @@ def other_shards(prefix, count):
                   and int(m.group(3)) != count)  # fmt: skip
 
 
+def unfinished_shards(prefix):
+    """The temporary files of shards of `prefix` that a killed run left half written: those
+    whose writing process has ended."""
+    stale = []
+    for path in sorted(glob.glob(glob.escape(prefix) + "-*-of-*.tfrecord.tmp-*")):
+        m = UNFINISHED.match(path)
+        if m and SHARD.match(m.group(1)).group(1) == prefix and not _running(int(m.group(2))):
+            stale.append(path)
+    return stale
+
+
+def _running(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def check_shard_sets(files):
-    """Refuses `files` that hold shards of two runs with one prefix (of different counts),
-    which pre-training would read as one data set; warns of a set read in part."""
+    """Refuses `files` that hold a shard that was never finished (a killed run's temporary file,
+    which a glob of the shards also matches) or shards of two runs with one prefix (of
+    different counts), which pre-training would read as one data set; warns of a set read in
+    part."""
     sets = {}
     for path in files:
+        if m := UNFINISHED.match(path):
+            raise ValueError(f"{path} is a shard that tasks.create_pretraining_data never "
+                             f"finished (it was stopped while writing {m.group(1)}): remove it, "
+                             "or run that command again, which removes it")  # fmt: skip
         m = SHARD.match(path)
         if m:
             sets.setdefault(m.group(1), {}).setdefault(int(m.group(3)), set()).add(int(m.group(2)))

@@ -3,6 +3,7 @@ lines, the compact .npy vectors, and a run killed mid-file that continues where 
 
 import json
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -16,19 +17,20 @@ TEXTS = ["The cat sat on the mat.", "A man is playing a guitar. ||| Someone play
          "Short", "Zürich's café, 1999!", "two ||| parts", "the dog barked at the mailman"]  # fmt: skip
 
 # Runs the binary with runs.write_json replaced: after its second call (two batches written
-# and recorded), the process kills itself (SIGKILL), as a power cut would stop it.
-KILL_AFTER_TWO_BATCHES = """
+# and recorded), the process sends itself the signal its first argument names: SIGKILL, as a
+# power cut would stop it, or SIGINT, as Ctrl-C does.
+SIGNAL_AFTER_TWO_BATCHES = """
 import os, runpy, signal, sys
 from tasks import runs
-calls = []
+calls, signal_number = [], int(sys.argv[1])
 write_json = runs.write_json
 def dying_write_json(path, value):
     write_json(path, value)
     calls.append(path)
     if len(calls) == 2:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal_number)
 runs.write_json = dying_write_json
-sys.argv = ["extract_features", *sys.argv[1:]]
+sys.argv = ["extract_features", *sys.argv[2:]]
 runpy.run_module("tasks.extract_features", run_name="__main__")
 """
 
@@ -142,7 +144,8 @@ def test_a_killed_run_continues_where_it_stopped(tmp_path, input_file, tiny_chec
     whole = str(tmp_path / "whole.jsonl")
     extract(*flags, f"--output_file={whole}")
     output = str(tmp_path / "out.jsonl")
-    extract(*flags, f"--output_file={output}", prefix=("-c", KILL_AFTER_TWO_BATCHES), expect=-9)
+    extract(*flags, f"--output_file={output}", prefix=("-c", SIGNAL_AFTER_TWO_BATCHES, "9"),
+            expect=-9)  # fmt: skip
     assert not os.path.exists(output) and os.path.exists(output + ".partial")
     again = extract(*flags, f"--output_file={output}")
     assert "continuing a stopped run: 4 of 6 texts were written" in again.stderr
@@ -151,10 +154,15 @@ def test_a_killed_run_continues_where_it_stopped(tmp_path, input_file, tiny_chec
     # A finished file is not replaced unless asked; other flags do not reuse a stopped run.
     refused = extract(*flags, f"--output_file={output}", expect=1)
     assert "exists; pass --overwrite" in refused.stderr
-    # A stopped run whose input file was edited since is not continued: its first texts'
-    # features would be the old texts'.
+    # Ctrl-C says in one line that the same command goes on; a stopped run whose input file
+    # was edited since is not continued: its first texts' features would be the old texts'.
     stopped = str(tmp_path / "stopped.jsonl")
-    extract(*flags, f"--output_file={stopped}", prefix=("-c", KILL_AFTER_TWO_BATCHES), expect=-9)
+    interrupted = extract(*flags, f"--output_file={stopped}", expect=130,
+                          prefix=("-c", SIGNAL_AFTER_TWO_BATCHES, str(int(signal.SIGINT))))
+    assert "Traceback" not in interrupted.stderr
+    assert interrupted.stderr.strip().splitlines()[-1] == (
+        f"interrupted: run the same command again to go on after the last batch written to "
+        f"{stopped}.partial")
     with open(input_file, "a", encoding="utf-8") as f:
         f.write("one more text\n")
     refused = extract(*flags, f"--output_file={stopped}", expect=1)

@@ -9,6 +9,7 @@ import tensorflow as tf
 from conftest import DATA, run_binary
 
 from keras_bert.training import pretraining
+from tasks import pretraining_records
 
 PRETRAIN = os.path.join(DATA, "pretrain")
 SPECIAL = pretraining.SpecialIds(cls=2, sep=3, mask=4, vocab_size=1000,
@@ -195,6 +196,53 @@ def test_encodings_line_endings_and_bad_input(tmp_path, minilm_dir):
     assert not (tmp_path / "o" / "out").exists() or not os.listdir(tmp_path / "o" / "out")
     result = create_data(tmp_path / "m", minilm_dir, f"--input_file={tmp_path}/nothing*.txt")
     assert result.returncode != 0 and "matches no file" in result.stderr
+
+
+# The binary with tf.io.TFRecordWriter wrapped: at the second record of the second shard the
+# process sends itself the signal its first argument names.
+SIGNAL_WHILE_WRITING = """
+import os, runpy, sys
+import tensorflow as tf
+signal_number, shards = int(sys.argv[1]), []
+class Writer(tf.io.TFRecordWriter):
+    def __init__(self, path):
+        super().__init__(path)
+        shards.append(0)
+    def write(self, record):
+        super().write(record)
+        shards[-1] += 1
+        if shards == [shards[0], 2]:
+            os.kill(os.getpid(), signal_number)
+tf.io.TFRecordWriter = Writer
+sys.argv = ["create_pretraining_data", *sys.argv[2:]]
+runpy.run_module("tasks.create_pretraining_data", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_a_stopped_binary_leaves_whole_shards_or_none(tmp_path, minilm_dir):
+    flags = [f"--input_file={PRETRAIN}/bert_sample_text.txt", "--max_seq_length=64",
+             "--dupe_factor=1", "--num_output_shards=4",
+             f"--vocab_file={os.path.join(minilm_dir, 'vocab.txt')}",
+             f"--output_file={tmp_path / 'data'}"]  # fmt: skip
+    # SIGTERM (Ctrl-C alike): the shard being written is removed, the message says what to do.
+    stopped = run_binary(["-c", SIGNAL_WHILE_WRITING, "15", *flags])
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert stopped.stderr.strip().splitlines()[-1] == (
+        "terminated: every file written so far is whole; run the same command again to start "
+        "over")  # fmt: skip
+    assert sorted(os.listdir(tmp_path)) == ["data-00000-of-00004.tfrecord"]
+    # SIGKILL leaves the half-written shard, which a glob of the shards matches: pre-training
+    # refuses it, and the same command removes it.
+    run_binary(["-c", SIGNAL_WHILE_WRITING, "9", *flags])
+    unfinished = glob.glob(str(tmp_path / "data-00001-of-00004.tfrecord.tmp-*"))
+    assert len(unfinished) == 1
+    with pytest.raises(ValueError, match="is a shard that tasks.create_pretraining_data never "
+                                         "finished"):  # fmt: skip
+        pretraining_records.check_shard_sets(sorted(glob.glob(str(tmp_path / "data-*"))))
+    again = run_binary(["-m", "tasks.create_pretraining_data", *flags])
+    assert again.returncode == 0 and f"removing {unfinished[0]}" in again.stderr
+    assert sorted(os.listdir(tmp_path)) == [f"data-0000{i}-of-00004.tfrecord" for i in range(4)]
 
 
 def test_crlf_text_is_split_into_sentences():
