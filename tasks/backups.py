@@ -119,7 +119,10 @@ class RunBackup(keras.callbacks.Callback):
         # once for each execution of several batches.
         self._batches += batch + 1 - self._in_epoch
         self._in_epoch = batch + 1
-        if self.save_freq != "epoch" and self._batches >= self.save_freq:
+        # The epoch's last batch is backed up at the epoch's end, after the callbacks that
+        # write its metrics: a backup that holds the epoch comes after them.
+        last = self._in_epoch == (self.params or {}).get("steps")
+        if self.save_freq != "epoch" and self._batches >= self.save_freq and not last:
             self.save()
 
     def on_epoch_end(self, epoch, logs=None):

@@ -27,6 +27,7 @@ from keras_bert import (
     checkpoints,
 )
 from keras_bert.models.pretrained import check_sequence_length
+from keras_bert.text import textfiles
 from keras_bert.text.vocabulary import read_vocabulary
 from keras_bert.training import optimization, pretraining
 from keras_bert.training.batching import without_autotuning
@@ -250,13 +251,22 @@ def main(argv):
     # run goes on from the batch its backup stopped at and ends at --num_train_steps.
     accumulation = FLAGS.gradient_accumulation_steps
     loop = (FLAGS.save_checkpoints_steps or FLAGS.steps_per_loop) * accumulation  # batches
-    history = trainer.fit_resumably(model, strategy, make_stream, loop,
-                                   FLAGS.num_train_steps * accumulation, [], output_dir, loop)  # fmt: skip
+    history = trainer.HistoryFile(os.path.join(target, "history.json"))
+    trainer.fit_resumably(model, strategy, make_stream, loop, FLAGS.num_train_steps * accumulation,
+                          [history], output_dir, loop)  # fmt: skip
     for fmt in (checkpoints.GOOGLE, checkpoints.HUGGING_FACE):
         runs.record(os.path.join(target, fmt))
-        model.save_checkpoint(os.path.join(target, fmt), fmt)
-    runs.write_json(os.path.join(target, "history.json"), history)
-    logging.info("final metrics: %s", {k: v[-1] for k, v in history.items()})
+        try:
+            model.save_checkpoint(os.path.join(target, fmt), fmt)
+        except OSError as e:
+            full = textfiles.out_of_space(e)
+            if full is None:
+                raise
+            raise OSError(f"could not write the checkpoint in {os.path.join(target, fmt)} "
+                          f"({full}); make room, then run the same command again: the training "
+                          "is backed up, and it writes the checkpoints without training "
+                          "again") from None  # fmt: skip
+    logging.info("final metrics: %s", {k: v[-1] for k, v in history.read().items()})
 
 
 def examples_of(strategy, model, files, shape=None):

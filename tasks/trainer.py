@@ -6,7 +6,8 @@ A run's output_dir holds:
   backup/        training state; a killed run restarts from it (backups.RunBackup)
   logs/          TensorBoard: train/ from Keras (every --log_every_steps), speed/ (steps/s,
                  examples/s, tokens/s), dev/ with the task's metrics
-  metrics.json   the task's dev metrics after each epoch
+  metrics.json   the task's dev metrics after each epoch (pre-training: history.json, the
+                 training metrics of each loop)
   model.keras    the fine-tuned task model: vocabulary, labels and settings inside (for export)
   predictions    task-specific files
 Every file is written under a temporary name and renamed, so none is ever half-written.
@@ -85,6 +86,29 @@ class DevMetrics(keras.callbacks.Callback):
             for name, metrics in results.items():
                 for key, value in metrics.items():
                     tf.summary.scalar(f"{name}/{key}", value)
+
+
+class HistoryFile(keras.callbacks.Callback):
+    """After each epoch (a pre-training loop), its training metrics added to the JSON file
+    `path` ({metric: [value of each epoch]}). A resumed run goes on from the epochs its backup
+    holds, so the file holds every epoch of the run, not only those this process trained."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+        runs.record(path)
+
+    def on_epoch_end(self, epoch, logs=None):
+        history = self.read()
+        for name, value in (logs or {}).items():
+            history[name] = [*history.get(name, [])[:epoch], float(value)]
+        runs.write_json(self.path, history)
+
+    def read(self):
+        if not os.path.exists(self.path):
+            return {}
+        with open(self.path, encoding="utf-8") as f:
+            return json.load(f)
 
 
 def jit_compile(strategy):

@@ -204,6 +204,10 @@ def test_killed_pretraining_resumes(tmp_path, pretraining_data):
     assert resumed_weights.keys() == uninterrupted_weights.keys()
     for name, value in resumed_weights.items():
         assert value.tobytes() == uninterrupted_weights[name].tobytes(), name
+    # Every loop's training metrics, the killed run's too (its backup comes after them).
+    resumed_history, uninterrupted_history = (json.loads((run_dir / "history.json").read_text())
+                                              for run_dir in (tmp_path, uninterrupted))  # fmt: skip
+    assert len(resumed_history["loss"]) == 6 and resumed_history == uninterrupted_history
 
 
 @pytest.mark.slow

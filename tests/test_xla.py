@@ -189,3 +189,22 @@ def test_backups_count_the_steps_of_each_execution(monkeypatch):
         backup.on_epoch_end(epoch)
     assert saved == [4, 3, 4, 3]
 
+
+
+def test_an_epochs_last_step_is_backed_up_after_the_epochs_own_callbacks(monkeypatch):
+    """A backup due at an epoch's last step is written at the epoch's end (the backup is the
+    last callback): the callbacks that write the epoch's metrics come first, so a kill between
+    them never leaves a backup that skips an epoch whose metrics were not written."""
+    from tasks import backups
+
+    backup = backups.RunBackup("unused", save_freq=3)
+    backup.set_params({"steps": 6})
+    saved = []
+    monkeypatch.setattr(backup, "save", lambda: (saved.append((moment, backup._batches)),
+                                                 setattr(backup, "_batches", 0)))  # fmt: skip
+    backup.on_epoch_begin(0)
+    for moment in ("step 3", "step 6"):
+        backup.on_train_batch_end(int(moment[-1]) - 1)
+    moment = "epoch end"
+    backup.on_epoch_end(0)
+    assert saved == [("step 3", 3), ("epoch end", 3)]
