@@ -103,10 +103,14 @@ def write_shards(instances, prefix, num_shards, max_seq_length, max_predictions)
                     example = to_example(instance, max_seq_length, max_predictions)
                     writer.write(example.SerializeToString(deterministic=True))
             os.replace(tmp, path)
-        except BaseException:  # Ctrl-C, SIGTERM, a full disk: no half-written shard stays
+        except BaseException as e:  # Ctrl-C, SIGTERM, a full disk: no half-written shard stays
             if os.path.exists(tmp):
                 os.remove(tmp)
-            raise
+            full = isinstance(e, (OSError, tf.errors.OpError)) and textfiles.out_of_space(e)
+            if not full:
+                raise
+            raise OSError(f"could not write {path} ({full}); make room, then run the same "
+                          "command again") from None  # fmt: skip
     return paths
 
 

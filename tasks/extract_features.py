@@ -271,6 +271,12 @@ def main(argv):
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (run_main)
         raise Interrupted(f"run the same command again to go on after the last batch written "
                           f"to {partial}") from None  # fmt: skip
+    except OSError as e:
+        full = textfiles.out_of_space(e)
+        if full is None:
+            raise
+        raise OSError(f"could not write {e.filename or partial} ({full}); make room, then run "
+                      "the same command again: it goes on after the last batch written") from None
     os.remove(FLAGS.output_file + ".progress.json")
     if truncated:
         logging.warning("%d texts were longer than --max_seq_length=%d tokens and were cut",

@@ -4,7 +4,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TINY, TINY_VOCAB, random_inputs, write_vocab
+from conftest import TINY, TINY_VOCAB, random_inputs, run_binary, write_vocab
 from safetensors.numpy import load_file, save_file
 
 from keras_bert import BertEncoder, checkpoints
@@ -332,7 +332,9 @@ def test_a_save_that_fails_part_way_leaves_the_old_checkpoint(tmp_path, monkeypa
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(checkpoints, "_write_layout", full_disk)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match=rf"^could not write the checkpoint in {folder} \(the disk is "
+                                      r"full\); the one there is as it was: make room, then save "
+                                      "again$"):  # fmt: skip
         checkpoints.save_checkpoint(checkpoints.BertCheckpoint(new, vocab, True), folder, fmt)
     after = {n: open(os.path.join(folder, n), "rb").read() for n in os.listdir(folder)
              if os.path.isfile(os.path.join(folder, n))}  # fmt: skip
@@ -343,6 +345,36 @@ def test_a_save_that_fails_part_way_leaves_the_old_checkpoint(tmp_path, monkeypa
     for a, b in zip(loaded.weights, new.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert (tmp_path / "ckpt" / "NOTES.md").read_text() == "the user's own"
+
+
+# Each layout's writer reports a write past the file-size limit its own way (TensorFlow's
+# OutOfRangeError, safetensors' SafetensorError, an OSError): save_checkpoint says it in one.
+SAVE_PAST_A_FILE_SIZE_LIMIT = """
+import json, resource, signal, sys
+from keras_bert import checkpoints
+checkpoint = checkpoints.load_checkpoint(sys.argv[1])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))  # above the vocabulary's size
+for fmt in ("google", "huggingface", "keras"):
+    try:
+        checkpoints.save_checkpoint(checkpoint, f"{sys.argv[2]}/{fmt}", fmt)
+        print(json.dumps([fmt, None, None]))
+    except Exception as e:
+        print(json.dumps([fmt, type(e).__name__, str(e)]))
+"""
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_one_oserror_in_every_layout(tmp_path, tiny_checkpoint):
+    result = run_binary(["-c", SAVE_PAST_A_FILE_SIZE_LIMIT, tiny_checkpoint, str(tmp_path)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    for line in result.stdout.splitlines():
+        fmt, error, message = json.loads(line)
+        assert error == "OSError" and message == (
+            f"could not write the checkpoint in {tmp_path / fmt} (the file grew past the file-size "
+            "limit (ulimit -f)); the one there is as it was: make room, then save again"), fmt
+        assert os.listdir(tmp_path / fmt) == []  # no work folder left
+    assert len(result.stdout.splitlines()) == 3
 
 
 class Killed(BaseException):

@@ -245,6 +245,24 @@ def test_a_stopped_binary_leaves_whole_shards_or_none(tmp_path, minilm_dir):
     assert sorted(os.listdir(tmp_path)) == [f"data-0000{i}-of-00004.tfrecord" for i in range(4)]
 
 
+@pytest.mark.slow
+def test_a_full_disk_is_one_line_and_leaves_no_partial_shard(tmp_path, minilm_dir):
+    code = ("import resource, runpy, signal, sys\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # a write past it fails instead
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))\n"  # below a shard
+            "sys.argv = ['create_pretraining_data', *sys.argv[1:]]\n"
+            "runpy.run_module('tasks.create_pretraining_data', run_name='__main__')\n")  # fmt: skip
+    result = run_binary(["-c", code, f"--input_file={PRETRAIN}/bert_sample_text.txt",
+                         "--max_seq_length=64", "--num_output_shards=2",
+                         f"--vocab_file={os.path.join(minilm_dir, 'vocab.txt')}",
+                         f"--output_file={tmp_path / 'data'}"])  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: could not write {tmp_path / 'data-00000-of-00002.tfrecord'} (the file grew past "
+        "the file-size limit (ulimit -f)); make room, then run the same command again")
+    assert os.listdir(tmp_path) == []
+
+
 def test_crlf_text_is_split_into_sentences():
     from tasks import pretraining_text
 

@@ -25,6 +25,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from safetensors import SafetensorError
 
 from keras_bert.checkpoints import variable_names
 from keras_bert.checkpoints.writing import (
@@ -43,6 +44,7 @@ from keras_bert.checkpoints.writing import write_layout as _write_layout
 from keras_bert.model.config import BertConfig
 from keras_bert.model.encoder import BertEncoder
 from keras_bert.model.heads import MaskedLMHead, NextSentenceHead
+from keras_bert.text import textfiles
 from keras_bert.text.vocabulary import checkpoint_folder as _folder
 from keras_bert.text.vocabulary import find_vocabulary, read_vocabulary, require_checkpoint
 from keras_bert.text.vocabulary import read_json as _read_json
@@ -290,11 +292,18 @@ def save_checkpoint(checkpoint, folder, format=HUGGING_FACE):
     work = os.path.join(folder, f"{_WORK}{os.getpid()}")
     os.makedirs(work)
     try:
-        vocab_target = os.path.join(folder, "vocab.txt")
-        if not os.path.exists(vocab_target) or not os.path.samefile(checkpoint.vocab_file,
-                                                                    vocab_target):  # fmt: skip
-            shutil.copyfile(checkpoint.vocab_file, os.path.join(work, "vocab.txt"))
-        _write_layout(checkpoint, work, format)
+        try:
+            vocab_target = os.path.join(folder, "vocab.txt")
+            if not os.path.exists(vocab_target) or not os.path.samefile(checkpoint.vocab_file,
+                                                                        vocab_target):  # fmt: skip
+                shutil.copyfile(checkpoint.vocab_file, os.path.join(work, "vocab.txt"))
+            _write_layout(checkpoint, work, format)
+        except (OSError, tf.errors.OpError, SafetensorError) as e:  # each reports a failed write
+            full = textfiles.out_of_space(e)
+            if full is None:
+                raise
+            raise OSError(f"could not write the checkpoint in {folder} ({full}); the one there "
+                          "is as it was: make room, then save again") from None  # fmt: skip
         move_in(work, folder, CONFIG_FILES[format])
     finally:
         shutil.rmtree(work, ignore_errors=True)
