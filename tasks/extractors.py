@@ -19,8 +19,13 @@ class Extractor:
         self.pair = BertPreprocessor(tokenizer, packer, num_segments=2)
         self.vocabulary, self.layers = tokenizer.vocabulary, layers
         self.sequence_length = sequence_length
-        self.encode = tf.function(lambda inputs: encoder(inputs)["encoder_outputs"],
-                                  reduce_retracing=True)  # fmt: skip
+        # One graph for every batch (its size and length unknown): a run continued after a
+        # stop computes its batches as the uninterrupted run does, to the last digit. (Traced
+        # for the first batch's shapes, the first batch after a restart ran another graph.)
+        ids = tf.TensorSpec([None, None], tf.int32)
+        self.encode = tf.function(
+            lambda inputs: encoder(inputs)["encoder_outputs"],
+            input_signature=[dict.fromkeys(("input_word_ids", "input_mask", "input_type_ids"), ids)])
 
     def __call__(self, batch):
         """Returns, in the batch's order, (token ids, [num_layers x (tokens, hidden)]) per text

@@ -14,12 +14,15 @@ _THREADS = max(1, len(os.sched_getaffinity(0)) // _WORKERS)
 for _name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
     os.environ.setdefault(_name, str(_THREADS))
 
+# keras_bert first, as a user's program imports it: it selects Keras's TensorFlow backend and
+# turns oneDNN on (TF_ENABLE_ONEDNN_OPTS) only where TensorFlow is not loaded yet. After Keras
+# (which loads TensorFlow), the tests on a CPU with AVX2 alone ran TensorFlow's other kernels.
+import keras_bert  # noqa: E402, I001
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import keras_bert  # noqa: E402  (selects the TensorFlow backend before keras loads)
 from keras_bert.model import packing  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,6 +12,7 @@ from conftest import DATA, run_binary
 
 from keras_bert import BertPreprocessor
 from keras_bert.models.pretrained import load_pretrained
+from tasks.extractors import Extractor
 
 TEXTS = ["The cat sat on the mat.", "A man is playing a guitar. ||| Someone plays an instrument.",
          "Short", "Zürich's café, 1999!", "two ||| parts", "the dog barked at the mailman"]  # fmt: skip
@@ -171,6 +172,22 @@ def test_a_killed_run_continues_where_it_stopped(tmp_path, input_file, tiny_chec
         f"{stopped}.progress.json records stopped; pass --overwrite to start again")
     extract(*flags, f"--output_file={stopped}", "--overwrite")
     assert len(open(stopped, encoding="utf-8").read().splitlines()) == 7
+
+
+def test_a_batch_computes_alike_whatever_batches_came_before(tiny_checkpoint):
+    """A continued run's first batch is its process's first: it must run the graph the
+    uninterrupted run ran it with, to the last bit."""
+    encoder, tokenizer, _ = load_pretrained(tiny_checkpoint)
+    texts = ["The Normans gave their name to Normandy, a region in France.", "a fine film",
+             "what a dull film that goes on and on and on", "yes"]  # fmt: skip
+    batch = [(i + 1, text, None) for i, text in enumerate(texts)]
+    alone, _ = Extractor(encoder, tokenizer, 64, [-1])(batch)
+    extractor = Extractor(encoder, tokenizer, 64, [-1])
+    extractor([(9, "something else entirely, and a little longer than the rest of them", None)])
+    after, _ = extractor(batch)
+    for (ids, [values]), (ids_after, [values_after]) in zip(alone, after):
+        np.testing.assert_array_equal(ids, ids_after)
+        assert values.tobytes() == values_after.tobytes()  # was 5e-7 apart
 
 
 @pytest.mark.slow
