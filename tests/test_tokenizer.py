@@ -191,6 +191,18 @@ def test_bad_vocab_files(tmp_path):
         BertTokenizer(TINY_VOCAB + ["cat"])
 
 
+def test_a_lower_casing_setting_that_is_no_bool_is_refused(tmp_path):
+    # The string "false" is truthy: taken, it lower-cased every text of a cased vocabulary.
+    with pytest.raises(ValueError, match="^do_lower_case must be true or false, got 'false'$"):
+        BertTokenizer(TINY_VOCAB, do_lower_case="false")
+    with pytest.raises(ValueError, match="^do_lower_case must be true or false, got 0$"):
+        BertTokenizer.from_checkpoint(write_vocab(tmp_path / "vocab.txt", TINY_VOCAB), 0)
+    (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": "false"}')
+    with pytest.raises(ValueError, match=r"tokenizer_config.json: do_lower_case must be true or "
+                                         "false, got 'false'$"):  # fmt: skip
+        BertTokenizer.from_checkpoint(str(tmp_path))
+
+
 def test_a_tokenizer_without_a_vocabulary_says_so(tmp_path):
     """BertTokenizer() (what Keras builds before loading a saved vocabulary) failed with
     AttributeError '_wordpiece' when called, and TypeError when saved."""

@@ -46,7 +46,12 @@ from keras_bert.model.encoder import BertEncoder
 from keras_bert.model.heads import MaskedLMHead, NextSentenceHead
 from keras_bert.text import textfiles
 from keras_bert.text.vocabulary import checkpoint_folder as _folder
-from keras_bert.text.vocabulary import find_vocabulary, read_vocabulary, require_checkpoint
+from keras_bert.text.vocabulary import (
+    find_vocabulary,
+    read_vocabulary,
+    require_bool,
+    require_checkpoint,
+)
 from keras_bert.text.vocabulary import read_json as _read_json
 
 # Training state that Google checkpoints may carry and a model does not need.
@@ -62,6 +67,9 @@ class BertCheckpoint:
     do_lower_case: bool
     masked_lm: MaskedLMHead | None = None
     next_sentence: NextSentenceHead | None = None
+
+    def __post_init__(self):
+        require_bool(self.do_lower_case, "BertCheckpoint.do_lower_case")
 
 
 def _heads_for(encoder, names, masked_lm_prefix, next_sentence_prefix):

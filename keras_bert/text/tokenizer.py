@@ -15,7 +15,12 @@ import tensorflow_text as tf_text
 from tensorflow_text.core.pybinds import pywrap_fast_wordpiece_tokenizer_model_builder
 
 from keras_bert.text.text_cleaning import all_printable_ascii, clean, clean_characters, valid_utf8
-from keras_bert.text.vocabulary import check_vocabulary, find_vocabulary, read_vocabulary
+from keras_bert.text.vocabulary import (
+    check_vocabulary,
+    find_vocabulary,
+    read_vocabulary,
+    require_bool,
+)
 
 # Hugging Face's limit (Google's code allows 200): longer words become [UNK]. The limit is
 # applied to UTF-8 bytes, so it equals the character limit for ASCII words.
@@ -77,6 +82,7 @@ class BertTokenizer(keras.layers.Layer):
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
         self.supports_jit = False  # string ops: XLA compiles none (see packing.TokenLayout)
+        require_bool(do_lower_case, "do_lower_case")
         self.do_lower_case = do_lower_case
         object.__setattr__(self, "vocabulary", None)
         if vocabulary is not None:  # None: a saved model's, read by load_assets()

@@ -8,6 +8,8 @@ import json
 import logging
 import os
 
+import numpy as np
+
 from keras_bert.text.textfiles import read_text
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -70,6 +72,7 @@ def find_vocabulary(path, do_lower_case=None):
     if not os.path.isfile(vocab_file):
         raise FileNotFoundError(f"{folder} has no vocab.txt")
     if do_lower_case is not None:
+        require_bool(do_lower_case, "do_lower_case")
         if not do_lower_case:  # the only setting a vocabulary can contradict
             check_lower_casing(read_vocabulary(vocab_file), do_lower_case, vocab_file)
         return vocab_file, bool(do_lower_case)
@@ -78,6 +81,7 @@ def find_vocabulary(path, do_lower_case=None):
         if os.path.isfile(settings):
             value = read_json(settings).get("do_lower_case")
             if value is not None:
+                require_bool(value, f"{settings}: do_lower_case")
                 if not value:
                     check_lower_casing(read_vocabulary(vocab_file), False, vocab_file,
                                        f"{settings} says do_lower_case=false: set it to true "
@@ -88,6 +92,15 @@ def find_vocabulary(path, do_lower_case=None):
         "%s: do_lower_case=%s, inferred from the vocabulary", vocab_file, not cased
     )
     return vocab_file, not cased
+
+
+def require_bool(value, name):
+    """Raises ValueError unless `value` is a bool (a lower-casing setting read from a file or
+    given by a caller: a string such as "false" is truthy, and would lower-case)."""
+    if isinstance(value, (bool, np.bool_)):
+        return
+    # A ValueError, as for every bad setting: the binaries report it in one line.
+    raise ValueError(f"{name} must be true or false, got {value!r}")
 
 
 def _words(vocabulary):
