@@ -33,7 +33,13 @@ def test_hugging_face_extras_are_ignored(tmp_path):
         (dict(num_hidden_layers=0), "num_hidden_layers must be a positive integer"),
         (dict(vocab_size=-5), "vocab_size must be a positive integer"),
         (dict(intermediate_size=3.5), "intermediate_size must be a positive integer"),
-        (dict(hidden_dropout_prob=1.0), "hidden_dropout_prob must be in"),
+        (dict(hidden_dropout_prob=1.0), "hidden_dropout_prob must be a number in"),
+        # A config file's numbers as strings (they were TypeErrors from a comparison).
+        (dict(attention_probs_dropout_prob="0.1"), r"attention_probs_dropout_prob must be a "
+                                                   r"number in \[0, 1\), got '0.1'$"),
+        (dict(initializer_range="0.02"), "initializer_range must be a positive number, got "
+                                         "'0.02'$"),
+        (dict(initializer_range=float("inf")), "initializer_range must be a positive number"),
     ],
 )
 def test_invalid_values_are_refused(changes, message):
@@ -53,6 +59,8 @@ def test_missing_field_is_named(tmp_path):
 def test_unsupported_layer_norm_eps_is_refused():
     with pytest.raises(ValueError, match="layer_norm_eps"):
         BertConfig.from_dict({**BertConfig().to_dict(), "layer_norm_eps": 1e-5})
+    with pytest.raises(ValueError, match="layer_norm_eps='1e-12' is not supported"):
+        BertConfig.from_dict({**BertConfig().to_dict(), "layer_norm_eps": "1e-12"})
 
 
 def test_bad_files(tmp_path):

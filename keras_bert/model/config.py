@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 import numbers
 import os
 
@@ -64,13 +65,14 @@ class BertConfig:
                 f"BertConfig.hidden_act {self.hidden_act!r} is not supported; use one of {ACTIVATIONS}"
             )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            if not 0.0 <= getattr(self, name) < 1.0:
+            if not _is_number(getattr(self, name)) or not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(
-                    f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)!r}"
+                    f"BertConfig.{name} must be a number in [0, 1), got {getattr(self, name)!r}"
                 )
-        if not self.initializer_range > 0:
+        if not _is_number(self.initializer_range) or not 0 < self.initializer_range < math.inf:
             raise ValueError(
-                f"BertConfig.initializer_range must be positive, got {self.initializer_range!r}"
+                "BertConfig.initializer_range must be a positive number, got "
+                f"{self.initializer_range!r}"
             )
 
     @classmethod
@@ -84,8 +86,8 @@ class BertConfig:
         if missing:
             raise ValueError(f"{source} lacks the field(s) {', '.join(missing)}")
         eps = values.get("layer_norm_eps", LAYER_NORM_EPSILON)
-        if abs(eps - LAYER_NORM_EPSILON) > 1e-15:
-            raise ValueError(f"{source}: layer_norm_eps={eps} is not supported (BERT uses 1e-12)")
+        if not _is_number(eps) or abs(eps - LAYER_NORM_EPSILON) > 1e-15:
+            raise ValueError(f"{source}: layer_norm_eps={eps!r} is not supported (BERT uses 1e-12)")
         position_type = values.get("position_embedding_type", "absolute")
         if position_type != "absolute":
             raise ValueError(
@@ -112,3 +114,8 @@ class BertConfig:
 
     def to_json_string(self):
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def _is_number(value):
+    """A real number (an int or a float; not a bool, not a string)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
