@@ -119,6 +119,17 @@ def test_token_id_signature_matches_text_signature(sst2_run, tmp_path):
     by_ids = loaded.signatures["serve_token_ids"](**inputs)
     by_text = loaded.signatures["serving_default"](sentence=tf.constant(SENTENCES[:2]))
     np.testing.assert_allclose(by_ids["probabilities"], by_text["probabilities"], atol=1e-6)
+    # TF Serving feeds a request of another shape to the graph as it is: it is refused naming
+    # the input, where it failed deep in the tokenizer ("The second input must be a scalar").
+    for bad, shape in ((tf.constant([SENTENCES[:2]]), r"\[1,2\]"), (tf.constant("a"), r"\[\]")):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=rf"Shape of tensor sentence {shape} is not compatible with "
+                                 r"expected shape \[\?\]"):  # fmt: skip
+            loaded.signatures["serving_default"](sentence=bad)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Shape of tensor input_\w+ \[\d+\] "
+                                                             r"is not compatible with expected "
+                                                             r"shape \[\?,\?\]"):  # fmt: skip
+        loaded.signatures["serve_token_ids"](**{k: v[0] for k, v in inputs.items()})
 
 
 def test_warmup_requests_are_prediction_logs(sst2_run, tmp_path):

@@ -50,10 +50,22 @@ class ServingModule(tf.Module):
         super().__init__()
         self.preprocessor = model.preprocessor
         self.functions = {
-            name: tf.function(function, input_signature=specs)
+            name: tf.function(_shapes_checked(function, specs), input_signature=specs)
             for name, (function, specs) in model.serving_functions().items()
         }
         self.model_weights = captured_variables(self.functions.values())
+
+
+def _shapes_checked(function, specs):
+    """`function`, its inputs first checked against the shapes `specs` give. TF Serving feeds a
+    request's tensors to the graph unchecked: a 2-D or scalar `sentence` failed deep inside
+    the tokenizer ("The second input must be a scalar"); it now fails naming the input."""
+
+    def checked(*inputs):
+        return function(*(tf.ensure_shape(value, spec.shape, name=f"check_{spec.name}")
+                          for value, spec in zip(inputs, specs)))  # fmt: skip
+
+    return checked
 
 
 def captured_variables(functions):
