@@ -35,11 +35,10 @@ def test_hugging_face_extras_are_ignored(tmp_path):
         (dict(intermediate_size=3.5), "intermediate_size must be a positive integer"),
         (dict(hidden_dropout_prob=1.0), "hidden_dropout_prob must be a number in"),
         # A config file's numbers as strings (they were TypeErrors from a comparison).
-        (dict(attention_probs_dropout_prob="0.1"), r"attention_probs_dropout_prob must be a "
-                                                   r"number in \[0, 1\), got '0.1'$"),
-        (dict(initializer_range="0.02"), "initializer_range must be a positive number, got "
-                                         "'0.02'$"),
-        (dict(initializer_range=float("inf")), "initializer_range must be a positive number"),
+        ({"attention_probs_dropout_prob": "0.1"},
+         r"attention_probs_dropout_prob must be a number in \[0, 1\), got '0.1'$"),
+        ({"initializer_range": "0.02"}, "initializer_range must be a positive number, got '0.02'$"),
+        ({"initializer_range": float("inf")}, "initializer_range must be a positive number"),
     ],
 )
 def test_invalid_values_are_refused(changes, message):
@@ -53,6 +52,14 @@ def test_missing_field_is_named(tmp_path):
     path = tmp_path / "bert_config.json"
     path.write_text(json.dumps(values))
     with pytest.raises(ValueError, match="lacks the field.*type_vocab_size"):
+        BertConfig.from_json_file(str(path))
+
+
+def test_a_bad_value_in_a_file_is_named_with_the_file(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**BertConfig().to_dict(), "hidden_size": "768"}))
+    with pytest.raises(ValueError, match=rf"^{path}: BertConfig.hidden_size must be a positive "
+                                         "integer, got '768'$"):  # fmt: skip
         BertConfig.from_json_file(str(path))
 
 

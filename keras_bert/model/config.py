@@ -94,7 +94,10 @@ class BertConfig:
                 f"{source}: position_embedding_type={position_type!r} is not supported "
                 "(BERT uses 'absolute')"
             )
-        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
+        try:
+            return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
+        except ValueError as e:  # a field's value: named with the file it came from
+            raise ValueError(f"{source}: {e}") from None
 
     @classmethod
     def from_json_file(cls, path):
