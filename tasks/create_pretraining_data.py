@@ -190,6 +190,7 @@ def main(argv):
                              f"{os.path.join(FLAGS.output_file, 'pretrain')}")  # fmt: skip
     textfiles.make_folder(os.path.dirname(os.path.abspath(FLAGS.output_file)),
                           f"--output_file={FLAGS.output_file}")  # fmt: skip
+    pretraining_records.lock_prefix(FLAGS.output_file)
     others = pretraining_records.other_shards(FLAGS.output_file, FLAGS.num_output_shards)
     if others:  # a glob of the prefix would read both runs' shards as one data set
         raise app.UsageError(f"--output_file={FLAGS.output_file}: {others[0]} is a shard of an "

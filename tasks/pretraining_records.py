@@ -1,12 +1,14 @@
-"""Reading the records tasks.create_pretraining_data writes (the original's schema) as the
-pretrainer's batches: each record's features, their shapes, and the model's inputs."""
+"""The records tasks.create_pretraining_data writes (the original's schema): their shards'
+names and lock, and reading them as the pretrainer's batches (each record's features, their
+shapes, and the model's inputs)."""
 
+import fcntl
 import glob
 import os
 import re
 
 import tensorflow as tf
-from absl import logging
+from absl import app, logging
 
 FEATURES = {
     "input_ids": "input_word_ids",
@@ -64,6 +66,25 @@ def other_shards(prefix, count):
     return sorted(path for path in glob.glob(glob.escape(prefix) + "-*-of-*.tfrecord")
                   if (m := SHARD.match(path)) and m.group(1) == prefix
                   and int(m.group(3)) != count)  # fmt: skip
+
+
+def lock_prefix(prefix):
+    """Locks the shards of `prefix` for this process, until it ends: flock on a hidden file
+    beside them (`.<name>.lock`, which no glob of the shards matches). A second run into the
+    same prefix is refused while one writes: each would replace shards of the other."""
+    folder, name = os.path.split(os.path.abspath(prefix))
+    lock = os.open(os.path.join(folder, f".{name}.lock"), os.O_CREAT | os.O_WRONLY, 0o666)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        raise app.UsageError(f"--output_file={prefix}: another run is writing shards with "
+                             "this prefix; wait for it to end, or pass another "
+                             "prefix") from None  # fmt: skip
+    _LOCKS.append(lock)
+
+
+_LOCKS = []  # the file descriptors of the prefixes' locks, open until the process ends
 
 
 def unfinished_shards(prefix):

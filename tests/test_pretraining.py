@@ -1,4 +1,5 @@
 import collections
+import fcntl
 import glob
 import os
 import re
@@ -134,6 +135,11 @@ def create_data(tmp_path, minilm_dir, *flags):
     return run_binary(command)
 
 
+def shards_in(folder):
+    """The files in `folder` but the hidden lock of their prefix (`.<prefix>.lock`)."""
+    return sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, "*")))
+
+
 def read_records(pattern):
     examples = []
     for path in sorted(glob.glob(pattern)):
@@ -150,7 +156,7 @@ def test_binary_writes_the_documented_schema(tmp_path, minilm_dir):
                          "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=3",
                          "--num_output_shards=2")  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    shards = sorted(os.listdir(tmp_path / "out"))
+    shards = shards_in(tmp_path / "out")
     assert shards == ["data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord"]
     examples = read_records(str(tmp_path / "out" / "*.tfrecord"))
     assert len(examples) > 20
@@ -182,7 +188,7 @@ def test_encodings_line_endings_and_bad_input(tmp_path, minilm_dir):
     result = create_data(tmp_path, minilm_dir, latin1, "--input_format=text")
     assert result.returncode == 1 and re.search(
         r"caesar_latin1_part.txt:\d+: byte \d+ of the line \(0xe6\) is not valid utf-8", result.stderr)
-    assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
+    assert not shards_in(tmp_path / "out")
     result = create_data(tmp_path, minilm_dir, latin1, "--input_format=text",
                          "--input_encoding=latin-1")  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -193,7 +199,7 @@ def test_encodings_line_endings_and_bad_input(tmp_path, minilm_dir):
     (tmp_path / "one.txt").write_text("A single sentence.\n\nAnd one more document.\n")
     result = create_data(tmp_path / "o", minilm_dir, f"--input_file={tmp_path / 'one.txt'}")
     assert result.returncode == 1 and "makes no pre-training pair" in result.stderr
-    assert not (tmp_path / "o" / "out").exists() or not os.listdir(tmp_path / "o" / "out")
+    assert not shards_in(tmp_path / "o" / "out")
     result = create_data(tmp_path / "m", minilm_dir, f"--input_file={tmp_path}/nothing*.txt")
     assert result.returncode != 0 and "matches no file" in result.stderr
 
@@ -231,7 +237,7 @@ def test_a_stopped_binary_leaves_whole_shards_or_none(tmp_path, minilm_dir):
     assert stopped.stderr.strip().splitlines()[-1] == (
         "terminated: every file written so far is whole; run the same command again to start "
         "over")  # fmt: skip
-    assert sorted(os.listdir(tmp_path)) == ["data-00000-of-00004.tfrecord"]
+    assert shards_in(tmp_path) == ["data-00000-of-00004.tfrecord"]
     # SIGKILL leaves the half-written shard, which a glob of the shards matches: pre-training
     # refuses it, and the same command removes it.
     run_binary(["-c", SIGNAL_WHILE_WRITING, "9", *flags])
@@ -242,7 +248,18 @@ def test_a_stopped_binary_leaves_whole_shards_or_none(tmp_path, minilm_dir):
         pretraining_records.check_shard_sets(sorted(glob.glob(str(tmp_path / "data-*"))))
     again = run_binary(["-m", "tasks.create_pretraining_data", *flags])
     assert again.returncode == 0 and f"removing {unfinished[0]}" in again.stderr
-    assert sorted(os.listdir(tmp_path)) == [f"data-0000{i}-of-00004.tfrecord" for i in range(4)]
+    assert shards_in(tmp_path) == [f"data-0000{i}-of-00004.tfrecord" for i in range(4)]
+
+
+def test_a_prefix_another_run_writes_is_refused(tmp_path, minilm_dir):
+    (tmp_path / "out").mkdir()
+    with open(tmp_path / "out" / ".data.lock", "a") as held:  # as a running binary holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = create_data(tmp_path, minilm_dir, f"--input_file={PRETRAIN}/bert_sample_text.txt")
+    assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == (
+        f"error: --output_file={tmp_path / 'out' / 'data'}: another run is writing shards with "
+        "this prefix; wait for it to end, or pass another prefix")
+    assert shards_in(tmp_path / "out") == []
 
 
 @pytest.mark.slow
@@ -260,7 +277,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_shard(tmp_path, minilm_di
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: could not write {tmp_path / 'data-00000-of-00002.tfrecord'} (the file grew past "
         "the file-size limit (ulimit -f)); make room, then run the same command again")
-    assert os.listdir(tmp_path) == []
+    assert shards_in(tmp_path) == []
 
 
 def test_crlf_text_is_split_into_sentences():
