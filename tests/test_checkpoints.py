@@ -9,6 +9,7 @@ from safetensors.numpy import load_file, save_file
 
 from keras_bert import BertEncoder, checkpoints
 from keras_bert.model.heads import MaskedLMHead, NextSentenceHead
+from keras_bert.text import textfiles
 from keras_bert.text.tokenizer import BertTokenizer
 
 TINY_GOOGLE_CONFIG = {**TINY, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
@@ -374,6 +375,8 @@ def test_a_full_disk_is_one_oserror_in_every_layout(tmp_path, tiny_checkpoint):
             f"could not write the checkpoint in {tmp_path / fmt} (the file grew past the file-size "
             "limit (ulimit -f)); the one there is as it was: make room, then save again"), fmt
         assert os.listdir(tmp_path / fmt) == []  # no work folder left
+        # A binary that saves (tasks.pretrain) reads it as a full disk, to say what it does next.
+        assert textfiles.out_of_space(OSError(message)) == textfiles.FILE_SIZE_LIMIT
     assert len(result.stdout.splitlines()) == 3
 
 

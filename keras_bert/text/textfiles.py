@@ -74,12 +74,17 @@ def write_failure(error):
     return line if len(line) <= 200 else line[:200] + "..."
 
 
+DISK_FULL = "the disk is full"
+FILE_SIZE_LIMIT = "the file grew past the file-size limit (ulimit -f)"
+
+
 def out_of_space(error):
-    """"the disk is full" or "the file grew past the file-size limit (ulimit -f)" when that is
-    what stopped a write (an OSError, h5py's or TensorFlow's error), else None."""
+    """DISK_FULL or FILE_SIZE_LIMIT when that is what stopped a write (an OSError, h5py's or
+    TensorFlow's error, or an error that already says so in these words), else None."""
     text, code = str(error), getattr(error, "errno", None)
-    if code == errno.ENOSPC or any(s in text for s in ("errno = 28", "No space left")):
-        return "the disk is full"
-    if code == errno.EFBIG or any(s in text for s in ("errno = 27", "File too large")):
-        return "the file grew past the file-size limit (ulimit -f)"
+    if code == errno.ENOSPC or any(s in text for s in ("errno = 28", "No space left", DISK_FULL)):
+        return DISK_FULL
+    if code == errno.EFBIG or any(s in text for s in ("errno = 27", "File too large",
+                                                      FILE_SIZE_LIMIT)):  # fmt: skip
+        return FILE_SIZE_LIMIT
     return None
